@@ -1,0 +1,24 @@
+# The two commands a new user needs:
+#   make run    runs the main job (the field-study benchmark, scaled to this machine)
+#   make test   runs every test
+# Both install what they need first (Rust toolchain components, Debian packages).
+
+CARGO ?= cargo
+
+.PHONY: run test deps lint unit
+
+run: deps
+	$(CARGO) run --release -p tiercache -- bench
+
+test: deps lint unit
+
+deps:
+	./scripts/install-deps.sh
+	rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --release

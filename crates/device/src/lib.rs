@@ -1,0 +1,102 @@
+//! Block devices behind one small trait.
+//!
+//! *What* a device is ([`BlockDevice`]) is kept apart from the decorators
+//! that change how it behaves. Everything here is synchronous and
+//! thread-safe: many IOs are in flight when many threads call a device at
+//! once, which is how the engine and the NBD server use it.
+
+mod aligned;
+mod memory;
+
+pub use aligned::AlignedBuf;
+pub use memory::MemDevice;
+
+use std::io;
+
+/// A random-access block device.
+///
+/// Contract for every implementation:
+/// - `offset` and `buf.len()` are multiples of [`BlockDevice::alignment`]
+///   and `offset + len <= size()`; otherwise the call fails with
+///   `io::ErrorKind::InvalidInput` and touches nothing.
+/// - Buffers may have any memory alignment; devices that need aligned memory
+///   (O_DIRECT) bounce internally. Passing an [`AlignedBuf`] avoids the copy.
+/// - A write that returned `Ok` is visible to every later read from any
+///   thread; it is durable only after a later `flush` returned `Ok`.
+/// - Calls may run concurrently from many threads; concurrent writes to
+///   overlapping ranges leave the range holding one of the writes per sector.
+pub trait BlockDevice: Send + Sync {
+    /// Size in bytes, a multiple of `alignment()`.
+    fn size(&self) -> u64;
+
+    /// Required alignment of offsets and lengths, in bytes (512 or 4096).
+    fn alignment(&self) -> u64 {
+        512
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Makes every write that completed before this call durable.
+    fn flush(&self) -> io::Result<()>;
+
+    /// Says the range's contents are no longer needed. Later reads of the
+    /// range return unspecified data (zeros where the device can).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()>;
+
+    /// A short human description for logs and errors, e.g. `file:/dev/sdb`.
+    fn describe(&self) -> String;
+}
+
+/// Checks a request against a device's size and alignment, as every
+/// implementation must before touching anything.
+pub fn check_range(dev: &dyn BlockDevice, offset: u64, len: u64) -> io::Result<()> {
+    let align = dev.alignment();
+    if offset % align != 0 || len % align != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: offset {offset} / length {len} not aligned to {align} bytes",
+                dev.describe()
+            ),
+        ));
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= dev.size() => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: range {offset}+{len} is beyond the end of the device ({} bytes)",
+                dev.describe(),
+                dev.size()
+            ),
+        )),
+    }
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+    fn alignment(&self) -> u64 {
+        (**self).alignment()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).discard(offset, len)
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}

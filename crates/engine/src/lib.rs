@@ -1,0 +1,1 @@
+//! tiercache-engine (under construction).

@@ -1,0 +1,1 @@
+//! tiercache-nbd (under construction).

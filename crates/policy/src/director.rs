@@ -1,0 +1,574 @@
+//! The director: per-block decisions for every IO, shared verbatim by the
+//! live engine and the simulator.
+//!
+//! The engine asks the director what to do with each block of an IO, then
+//! does the IO. The simulator asks the same questions and does nothing. Both
+//! therefore count exactly the same hits, misses, promotions and bypasses for
+//! the same request stream.
+//!
+//! Mode rules (what a block plan is, per mode):
+//!
+//! | mode | read, cached | read, not cached | write, cached | write, not cached |
+//! |---|---|---|---|---|
+//! | writethrough | Hit | Promote if admitted, else Miss | Through | full block and admitted: Through (allocate), else Backing |
+//! | writeback | Hit | Promote if admitted, else Miss | Dirty | full block: Dirty (allocate), else Backing |
+//! | writearound | Hit | Promote if admitted, else Miss | Through | Backing |
+//! | passthrough | Hit if dirty, else Miss | Miss | Dirty if dirty, else invalidate + Backing | Backing |
+//!
+//! A bypassed IO (sequential stream past the cutoff) never promotes or
+//! allocates; cached blocks are still used so no read is stale.
+
+use crate::{Admission, Insertion, PolicyConfig, PolicyError, Replacement, SequentialDetector};
+use serde::{Deserialize, Serialize};
+use tiercache_types::{Access, CacheBlock, CacheMode, OriginBlock, Time};
+
+/// Static parameters of a director.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DirectorConfig {
+    pub mode: CacheMode,
+    /// Cache block size in bytes (power of two, 4 KiB..1 MiB).
+    pub block_size: u32,
+    /// Cache size in blocks.
+    pub capacity: u32,
+    /// Sequential cutoff in bytes; 0 disables sequential bypass.
+    pub sequential_cutoff: u64,
+    pub policy: PolicyConfig,
+}
+
+impl DirectorConfig {
+    pub fn new(capacity: u32, block_size: u32) -> Self {
+        DirectorConfig {
+            mode: CacheMode::WriteThrough,
+            block_size,
+            capacity,
+            sequential_cutoff: 4 << 20,
+            policy: PolicyConfig::default(),
+        }
+    }
+}
+
+/// What to do with one block of a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPlan {
+    /// Copy the block from its cache slot.
+    Hit(CacheBlock),
+    /// Read the backing device only.
+    Miss,
+    /// Read the backing device, then fill the new slot with the whole block.
+    /// The mapping is already in place; the engine must keep readers off the
+    /// slot until it is filled, and must wait for readers of the evicted
+    /// block to leave the slot before overwriting it.
+    Promote(Insertion),
+}
+
+/// What to do with one block of a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePlan {
+    /// Write the backing device only (the block is not cached).
+    Backing,
+    /// Write the backing device, then the cache slot; the block stays clean.
+    /// `evicted` is set when the slot was just allocated by evicting a block.
+    Through {
+        cblock: CacheBlock,
+        evicted: Option<OriginBlock>,
+        allocated: bool,
+    },
+    /// Write the cache slot only; the block is now dirty.
+    Dirty {
+        cblock: CacheBlock,
+        evicted: Option<OriginBlock>,
+        allocated: bool,
+    },
+}
+
+/// Per-IO context returned by [`Director::begin`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoPlan {
+    pub access: Access,
+    pub bypass: bool,
+    hits: u32,
+    misses: u32,
+}
+
+/// Either kind of block plan, for code that handles both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockPlan {
+    Read(ReadPlan),
+    Write(WritePlan),
+}
+
+/// Decision counters. Block counts unless named `_ios` or `_bytes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub read_hits: u64,
+    pub read_misses: u64,
+    pub write_hits: u64,
+    pub write_misses: u64,
+    /// Read IOs that found some but not all of their blocks cached.
+    pub read_partial_hit_ios: u64,
+    /// Write IOs that found some but not all of their blocks cached.
+    pub write_partial_hit_ios: u64,
+    /// Blocks brought into the cache (read promotions and write allocations).
+    pub promotions: u64,
+    /// Clean blocks evicted to make room.
+    pub demotions: u64,
+    /// Dirty blocks written back to the backing device.
+    pub writebacks: u64,
+    /// Blocks dropped from the cache (trim, passthrough writes, cache errors).
+    pub invalidations: u64,
+    pub bypassed_ios: u64,
+    pub bypassed_bytes: u64,
+    /// Resident blocks now.
+    pub resident: u64,
+    /// Dirty blocks now.
+    pub dirty: u64,
+    /// Cache size in blocks.
+    pub capacity: u64,
+}
+
+impl Counters {
+    /// Share of read blocks served from the cache (0 when nothing was read).
+    pub fn read_hit_ratio(&self) -> f64 {
+        let total = self.read_hits + self.read_misses;
+        if total == 0 {
+            0.0
+        } else {
+            self.read_hits as f64 / total as f64
+        }
+    }
+}
+
+/// Composes replacement, admission and sequential bypass into per-block
+/// plans.
+pub struct Director {
+    replacement: Box<dyn Replacement>,
+    admission: Box<dyn Admission>,
+    sequential: SequentialDetector,
+    mode: CacheMode,
+    block_size: u32,
+    counters: Counters,
+}
+
+impl Director {
+    pub fn new(cfg: &DirectorConfig) -> Result<Self, PolicyError> {
+        if !cfg.block_size.is_power_of_two()
+            || !(tiercache_types::MIN_BLOCK_SIZE..=tiercache_types::MAX_BLOCK_SIZE)
+                .contains(&cfg.block_size)
+        {
+            return Err(PolicyError::Invalid(format!(
+                "block size {} must be a power of two between 4 KiB and 1 MiB",
+                cfg.block_size
+            )));
+        }
+        if cfg.capacity == 0 {
+            return Err(PolicyError::Invalid(
+                "cache must hold at least one block".into(),
+            ));
+        }
+        let replacement = cfg.policy.build_replacement(cfg.capacity)?;
+        let admission = cfg.policy.build_admission(cfg.capacity, cfg.block_size)?;
+        Ok(Self::from_parts(cfg, replacement, admission))
+    }
+
+    /// A director over explicitly built policies (tests, experiments).
+    pub fn from_parts(
+        cfg: &DirectorConfig,
+        replacement: Box<dyn Replacement>,
+        admission: Box<dyn Admission>,
+    ) -> Self {
+        let counters = Counters {
+            capacity: replacement.capacity() as u64,
+            ..Counters::default()
+        };
+        Director {
+            replacement,
+            admission,
+            sequential: SequentialDetector::new(cfg.sequential_cutoff),
+            mode: cfg.mode,
+            block_size: cfg.block_size,
+            counters,
+        }
+    }
+
+    pub fn mode(&self) -> CacheMode {
+        self.mode
+    }
+
+    /// Changes the mode for IOs planned from now on. Caller guarantees that
+    /// leaving writeback for another mode is fine with dirty blocks present:
+    /// they stay dirty and are still served from the cache in every mode.
+    pub fn set_mode(&mut self, mode: CacheMode) {
+        self.mode = mode;
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    pub fn sequential_cutoff(&self) -> u64 {
+        self.sequential.cutoff()
+    }
+
+    pub fn set_sequential_cutoff(&mut self, cutoff: u64) {
+        self.sequential.set_cutoff(cutoff);
+    }
+
+    pub fn replacement(&self) -> &dyn Replacement {
+        &*self.replacement
+    }
+
+    /// For restoring saved state; nothing else should need it.
+    pub fn replacement_mut(&mut self) -> &mut dyn Replacement {
+        &mut *self.replacement
+    }
+
+    /// The blocks an IO of `len` bytes at byte `offset` touches.
+    pub fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        if len == 0 {
+            return 0..0;
+        }
+        let bs = self.block_size as u64;
+        offset / bs..(offset + len).div_ceil(bs)
+    }
+
+    /// Starts an IO: counts it and decides whether it bypasses the cache.
+    pub fn begin(&mut self, offset: u64, len: u64, access: Access, now: Time) -> IoPlan {
+        let bypass = self.sequential.observe(offset, len, now);
+        match access {
+            Access::Read => self.counters.read_ios += 1,
+            Access::Write => self.counters.write_ios += 1,
+        }
+        if bypass || self.mode == CacheMode::PassThrough {
+            self.counters.bypassed_ios += 1;
+            self.counters.bypassed_bytes += len;
+        }
+        IoPlan {
+            access,
+            bypass,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    /// Ends an IO started with [`Director::begin`].
+    pub fn finish(&mut self, io: IoPlan) {
+        if io.hits > 0 && io.misses > 0 {
+            match io.access {
+                Access::Read => self.counters.read_partial_hit_ios += 1,
+                Access::Write => self.counters.write_partial_hit_ios += 1,
+            }
+        }
+    }
+
+    fn occupancy(&self) -> f64 {
+        self.replacement.len() as f64 / self.replacement.capacity() as f64
+    }
+
+    fn note_insertion(&mut self, ins: &Insertion) {
+        self.counters.promotions += 1;
+        if ins.evicted.is_some() {
+            self.counters.demotions += 1;
+        }
+    }
+
+    /// Plans one block of a read IO.
+    pub fn plan_read(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) -> ReadPlan {
+        if let Some(c) = self.replacement.lookup(oblock) {
+            if self.mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
+                self.counters.read_misses += 1;
+                io.misses += 1;
+                return ReadPlan::Miss;
+            }
+            self.counters.read_hits += 1;
+            io.hits += 1;
+            self.replacement.touch(oblock, Access::Read, now);
+            self.admission.on_hit(oblock, now);
+            return ReadPlan::Hit(c);
+        }
+        self.counters.read_misses += 1;
+        io.misses += 1;
+        if io.bypass || self.mode == CacheMode::PassThrough {
+            return ReadPlan::Miss;
+        }
+        let victim = self.replacement.peek_victim();
+        let occupancy = self.occupancy();
+        if !self
+            .admission
+            .admit(oblock, Access::Read, now, occupancy, victim)
+        {
+            return ReadPlan::Miss;
+        }
+        match self.replacement.insert(oblock, now) {
+            Some(ins) => {
+                self.note_insertion(&ins);
+                ReadPlan::Promote(ins)
+            }
+            None => ReadPlan::Miss,
+        }
+    }
+
+    /// Plans one block of a write IO. `full_block` says whether the write
+    /// covers the whole block (only then may a new slot be allocated, since
+    /// nothing else would fill the rest of it).
+    pub fn plan_write(
+        &mut self,
+        io: &mut IoPlan,
+        oblock: OriginBlock,
+        full_block: bool,
+        now: Time,
+    ) -> WritePlan {
+        if let Some(c) = self.replacement.lookup(oblock) {
+            let dirty = self.replacement.is_dirty(oblock);
+            let plan = match self.mode {
+                CacheMode::WriteBack if !io.bypass || dirty => {
+                    self.replacement.set_dirty(oblock, true);
+                    WritePlan::Dirty {
+                        cblock: c,
+                        evicted: None,
+                        allocated: false,
+                    }
+                }
+                CacheMode::PassThrough if dirty => WritePlan::Dirty {
+                    cblock: c,
+                    evicted: None,
+                    allocated: false,
+                },
+                CacheMode::PassThrough => {
+                    self.replacement.remove(oblock);
+                    self.counters.invalidations += 1;
+                    self.counters.write_misses += 1;
+                    io.misses += 1;
+                    return WritePlan::Backing;
+                }
+                _ if dirty => WritePlan::Dirty {
+                    cblock: c,
+                    evicted: None,
+                    allocated: false,
+                },
+                _ => WritePlan::Through {
+                    cblock: c,
+                    evicted: None,
+                    allocated: false,
+                },
+            };
+            self.counters.write_hits += 1;
+            io.hits += 1;
+            self.replacement.touch(oblock, Access::Write, now);
+            self.admission.on_hit(oblock, now);
+            return plan;
+        }
+        self.counters.write_misses += 1;
+        io.misses += 1;
+        if io.bypass || !full_block {
+            return WritePlan::Backing;
+        }
+        let allocate = match self.mode {
+            // Writeback absorbs every full-block write, as bcache does.
+            CacheMode::WriteBack => true,
+            CacheMode::WriteThrough => {
+                let victim = self.replacement.peek_victim();
+                let occupancy = self.occupancy();
+                self.admission
+                    .admit(oblock, Access::Write, now, occupancy, victim)
+            }
+            CacheMode::WriteAround | CacheMode::PassThrough => false,
+        };
+        if !allocate {
+            return WritePlan::Backing;
+        }
+        let Some(ins) = self.replacement.insert(oblock, now) else {
+            return WritePlan::Backing;
+        };
+        self.note_insertion(&ins);
+        if self.mode == CacheMode::WriteBack {
+            self.replacement.set_dirty(oblock, true);
+            WritePlan::Dirty {
+                cblock: ins.cblock,
+                evicted: ins.evicted,
+                allocated: true,
+            }
+        } else {
+            WritePlan::Through {
+                cblock: ins.cblock,
+                evicted: ins.evicted,
+                allocated: true,
+            }
+        }
+    }
+
+    /// Drops `oblock` from the cache (trim, a failed cache write, or a
+    /// promotion that could not be completed). Returns its slot. Dirty data
+    /// in it is discarded: caller guarantees that is intended.
+    pub fn invalidate(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
+        let c = self.replacement.remove(oblock)?;
+        self.counters.invalidations += 1;
+        Some(c)
+    }
+
+    /// Undoes a promotion whose fill failed: like invalidate, but the block
+    /// is not counted as promoted.
+    pub fn abort_promotion(&mut self, oblock: OriginBlock) {
+        if self.replacement.remove(oblock).is_some() {
+            self.counters.promotions = self.counters.promotions.saturating_sub(1);
+        }
+    }
+
+    /// Records that a dirty block was written back and is clean now.
+    pub fn mark_clean(&mut self, oblock: OriginBlock) {
+        if self.replacement.is_dirty(oblock) {
+            self.replacement.set_dirty(oblock, false);
+            self.counters.writebacks += 1;
+        }
+    }
+
+    /// Dirty blocks in origin order (the order a cleaner should write them).
+    pub fn dirty_blocks(&self) -> Vec<(OriginBlock, CacheBlock)> {
+        let mut v = Vec::with_capacity(self.replacement.dirty_len() as usize);
+        self.replacement.for_each_resident(&mut |o, c, dirty| {
+            if dirty {
+                v.push((o, c));
+            }
+        });
+        v.sort_unstable();
+        v
+    }
+
+    /// Current counters, gauges included.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            resident: self.replacement.len() as u64,
+            dirty: self.replacement.dirty_len() as u64,
+            ..self.counters
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tiercache_types::{AdmissionKind, ReplacementKind};
+
+    fn director(mode: CacheMode, capacity: u32) -> Director {
+        let mut cfg = DirectorConfig::new(capacity, 4096);
+        cfg.mode = mode;
+        cfg.policy.replacement = ReplacementKind::Lru;
+        cfg.policy.admission = AdmissionKind::Always;
+        Director::new(&cfg).unwrap()
+    }
+
+    fn read(d: &mut Director, block: u64) -> ReadPlan {
+        let mut io = d.begin(block * 4096, 4096, Access::Read, Time(block));
+        let p = d.plan_read(&mut io, OriginBlock(block), Time(block));
+        d.finish(io);
+        p
+    }
+
+    fn write(d: &mut Director, block: u64) -> WritePlan {
+        let mut io = d.begin(
+            block * 4096 + 7 * 4096 * 1000,
+            4096,
+            Access::Write,
+            Time(block),
+        );
+        let p = d.plan_write(&mut io, OriginBlock(block), true, Time(block));
+        d.finish(io);
+        p
+    }
+
+    #[test]
+    fn writethrough_promotes_on_miss_then_hits() {
+        let mut d = director(CacheMode::WriteThrough, 4);
+        assert!(matches!(read(&mut d, 10), ReadPlan::Promote(_)));
+        assert!(matches!(read(&mut d, 10), ReadPlan::Hit(_)));
+        let c = d.counters();
+        assert_eq!((c.read_hits, c.read_misses, c.promotions), (1, 1, 1));
+    }
+
+    #[test]
+    fn writeback_write_makes_dirty_and_passthrough_keeps_serving_it() {
+        let mut d = director(CacheMode::WriteBack, 4);
+        assert!(matches!(
+            write(&mut d, 3),
+            WritePlan::Dirty {
+                allocated: true,
+                ..
+            }
+        ));
+        assert_eq!(d.counters().dirty, 1);
+        d.set_mode(CacheMode::PassThrough);
+        assert!(matches!(read(&mut d, 3), ReadPlan::Hit(_)));
+        assert!(matches!(
+            write(&mut d, 3),
+            WritePlan::Dirty {
+                allocated: false,
+                ..
+            }
+        ));
+        d.mark_clean(OriginBlock(3));
+        assert_eq!(read(&mut d, 3), ReadPlan::Miss);
+        assert_eq!(write(&mut d, 3), WritePlan::Backing);
+        assert!(d.replacement().lookup(OriginBlock(3)).is_none());
+    }
+
+    #[test]
+    fn writearound_does_not_allocate_on_write() {
+        let mut d = director(CacheMode::WriteAround, 4);
+        assert_eq!(write(&mut d, 1), WritePlan::Backing);
+        assert!(matches!(read(&mut d, 1), ReadPlan::Promote(_)));
+        assert!(matches!(
+            write(&mut d, 1),
+            WritePlan::Through {
+                allocated: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn sequential_stream_bypasses_after_cutoff() {
+        let mut cfg = DirectorConfig::new(1024, 4096);
+        cfg.sequential_cutoff = 64 * 1024;
+        cfg.policy.replacement = ReplacementKind::Lru;
+        cfg.policy.admission = AdmissionKind::Always;
+        let mut d = Director::new(&cfg).unwrap();
+        let mut promoted = 0;
+        for i in 0..64u64 {
+            let mut io = d.begin(i * 16384, 16384, Access::Read, Time(i));
+            for b in d.blocks_of(i * 16384, 16384) {
+                if matches!(
+                    d.plan_read(&mut io, OriginBlock(b), Time(i)),
+                    ReadPlan::Promote(_)
+                ) {
+                    promoted += 1;
+                }
+            }
+            d.finish(io);
+        }
+        assert_eq!(
+            promoted, 16,
+            "only the first 64 KiB of the stream is cached"
+        );
+        assert_eq!(d.counters().bypassed_ios, 60);
+    }
+
+    #[test]
+    fn partial_hits_are_counted() {
+        let mut d = director(CacheMode::WriteThrough, 8);
+        read(&mut d, 0);
+        let mut io = d.begin(0, 8192, Access::Read, Time(5));
+        d.plan_read(&mut io, OriginBlock(0), Time(5));
+        d.plan_read(&mut io, OriginBlock(1), Time(5));
+        d.finish(io);
+        assert_eq!(d.counters().read_partial_hit_ios, 1);
+    }
+
+    #[test]
+    fn rejects_bad_block_sizes() {
+        for bs in [512u32, 3000, 2 << 20] {
+            let cfg = DirectorConfig::new(8, bs);
+            assert!(Director::new(&cfg).is_err(), "{bs}");
+        }
+    }
+}

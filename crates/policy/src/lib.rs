@@ -1,0 +1,162 @@
+//! Cache policies: they decide, they never do IO.
+//!
+//! Three independent parts, composed by the [`Director`]:
+//! - [`Replacement`]: which resident block leaves when room is needed, and
+//!   the mapping of origin blocks to cache slots ([`SlotTable`]);
+//! - [`Admission`]: whether a missed block may enter at all;
+//! - [`SequentialDetector`]: whether an IO belongs to a sequential stream
+//!   that should bypass the cache.
+//!
+//! Time is always an argument. Nothing here reads a clock, sleeps, locks or
+//! touches a device, so the live engine and the simulator run exactly this
+//! code and get exactly the same decisions for the same request stream.
+
+pub mod admission;
+pub mod director;
+pub mod lru;
+pub mod sequential;
+pub mod slots;
+
+pub use admission::{Admission, AlwaysAdmit};
+pub use director::{BlockPlan, Counters, Director, DirectorConfig, IoPlan};
+pub use lru::Lru;
+pub use sequential::SequentialDetector;
+pub use slots::SlotTable;
+
+use tiercache_types::{Access, AdmissionKind, CacheBlock, OriginBlock, ReplacementKind, Time};
+
+/// Result of inserting a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insertion {
+    /// The slot the new block now occupies.
+    pub cblock: CacheBlock,
+    /// The clean block that was evicted to make room, if any. Its slot is
+    /// `cblock`: the caller must not overwrite that slot's data while a
+    /// reader of the evicted block may still be copying it out.
+    pub evicted: Option<OriginBlock>,
+}
+
+/// A replacement policy over a fixed number of cache slots.
+///
+/// Contract shared by every implementation:
+/// - it owns the mapping origin block -> slot (through a [`SlotTable`]);
+/// - dirty blocks are never evicted by [`Replacement::insert`]; when the
+///   cache is full and every block is dirty, `insert` returns `None` and
+///   changes nothing;
+/// - no method does IO, blocks or reads a clock; `now` is the only time.
+pub trait Replacement: Send {
+    fn kind(&self) -> ReplacementKind;
+
+    /// The slots managed (the cache size in blocks).
+    fn capacity(&self) -> u32;
+
+    /// The resident blocks, clean and dirty.
+    fn len(&self) -> u32;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The slot holding `oblock`, without recording an access.
+    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock>;
+
+    /// The block held in slot `cblock`, if any.
+    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock>;
+
+    /// Records an access to a resident block. Caller guarantees `oblock` is
+    /// resident.
+    fn touch(&mut self, oblock: OriginBlock, access: Access, now: Time);
+
+    /// Makes `oblock` resident. Caller guarantees it is not resident. Evicts
+    /// a clean block first when the cache is full.
+    fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion>;
+
+    /// Makes `oblock` resident in slot `cblock`, as saved in metadata.
+    /// `hint` is the value [`Replacement::hint`] gave when it was saved (0
+    /// when unknown). Returns false, changing nothing, if the slot is taken
+    /// or the block is already resident.
+    fn restore(&mut self, oblock: OriginBlock, cblock: CacheBlock, dirty: bool, hint: u8) -> bool;
+
+    /// Unmaps `oblock` (invalidation), returning the slot it held.
+    fn remove(&mut self, oblock: OriginBlock) -> Option<CacheBlock>;
+
+    /// Marks a resident block dirty (must not be evicted) or clean.
+    fn set_dirty(&mut self, oblock: OriginBlock, dirty: bool);
+
+    fn is_dirty(&self, oblock: OriginBlock) -> bool;
+
+    /// The number of dirty blocks.
+    fn dirty_len(&self) -> u32;
+
+    /// The block the next `insert` would most likely evict, without side
+    /// effects. A hint for admission; `None` when a slot is free.
+    fn peek_victim(&self) -> Option<OriginBlock>;
+
+    /// A small policy-specific value worth saving with the mapping (a queue
+    /// level, a frequency) so a restart keeps the ordering roughly right.
+    fn hint(&self, oblock: OriginBlock) -> u8 {
+        let _ = oblock;
+        0
+    }
+
+    /// Calls `f(oblock, cblock, dirty)` for every resident block.
+    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool));
+
+    /// Bytes of RAM the policy uses, for reporting bytes per cache block.
+    fn memory_bytes(&self) -> usize;
+}
+
+/// Everything needed to build a policy stack.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PolicyConfig {
+    pub replacement: ReplacementKind,
+    pub admission: AdmissionKind,
+    /// For `nhit`: misses needed before a block is promoted.
+    pub nhit_threshold: u32,
+    /// For `nhit`: below this occupancy (0..1) every miss is promoted (OCF uses 0.8).
+    pub nhit_free_occupancy: f64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            replacement: ReplacementKind::Smq,
+            admission: AdmissionKind::Hotspot,
+            nhit_threshold: 3,
+            nhit_free_occupancy: 0.8,
+        }
+    }
+}
+
+/// A policy that cannot be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("policy '{0}' is not available in this build")]
+    Unavailable(String),
+    #[error("invalid policy parameter: {0}")]
+    Invalid(String),
+}
+
+impl PolicyConfig {
+    /// Builds the replacement policy for a cache of `capacity` slots.
+    pub fn build_replacement(&self, capacity: u32) -> Result<Box<dyn Replacement>, PolicyError> {
+        match self.replacement {
+            ReplacementKind::Lru => Ok(Box::new(Lru::new(capacity))),
+            other => Err(PolicyError::Unavailable(other.to_string())),
+        }
+    }
+
+    /// Builds the admission policy. `block_size` is the cache block size in
+    /// bytes; `capacity` the cache size in blocks.
+    pub fn build_admission(
+        &self,
+        capacity: u32,
+        block_size: u32,
+    ) -> Result<Box<dyn Admission>, PolicyError> {
+        let _ = (capacity, block_size);
+        match self.admission {
+            AdmissionKind::Always => Ok(Box::new(AlwaysAdmit)),
+            other => Err(PolicyError::Unavailable(other.to_string())),
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! The resident set shared by every replacement policy: which origin block
+//! lives in which cache slot, the slot's dirty bit, and intrusive doubly
+//! linked lists threaded through the slots.
+//!
+//! Memory per slot: 8 (origin block) + 8 (list links) + 1 (list id)
+//! + 1/8 (dirty bit) + about 5.3 (hash index at load factor 3/4) = ~22.5 bytes.
+
+use tiercache_types::{CacheBlock, OriginBlock};
+
+/// "No slot" in links and in the hash index.
+pub const NIL: u32 = u32::MAX;
+/// List id of free slots.
+pub const FREE_LIST: u8 = u8::MAX;
+const EMPTY_OBLOCK: u64 = u64::MAX;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ListHead {
+    head: u32, // least recently pushed (front)
+    tail: u32, // most recently pushed (back)
+    len: u32,
+}
+
+/// Slots, their mapping and their lists. Policies own one and decide which
+/// list a slot is on; the table keeps the mapping and links consistent.
+#[derive(Clone)]
+pub struct SlotTable {
+    oblock: Vec<u64>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    list: Vec<u8>,
+    dirty: Vec<u64>,
+    heads: Vec<ListHead>,
+    free: ListHead,
+    index: Vec<u32>,
+    index_mask: usize,
+    resident: u32,
+    dirty_count: u32,
+}
+
+fn hash(o: u64) -> u64 {
+    // splitmix64 finaliser: cheap and well mixed.
+    let mut z = o.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl SlotTable {
+    /// A table of `capacity` free slots with `lists` policy lists (ids
+    /// `0..lists`, at most 255).
+    pub fn new(capacity: u32, lists: u8) -> Self {
+        assert!(capacity < NIL, "capacity too large");
+        let n = capacity as usize;
+        let index_len = ((n * 4 / 3) + 1).next_power_of_two().max(8);
+        let mut t = SlotTable {
+            oblock: vec![EMPTY_OBLOCK; n],
+            prev: vec![NIL; n],
+            next: vec![NIL; n],
+            list: vec![FREE_LIST; n],
+            dirty: vec![0; n.div_ceil(64)],
+            heads: vec![
+                ListHead {
+                    head: NIL,
+                    tail: NIL,
+                    len: 0
+                };
+                lists as usize
+            ],
+            free: ListHead {
+                head: NIL,
+                tail: NIL,
+                len: 0,
+            },
+            index: vec![NIL; index_len],
+            index_mask: index_len - 1,
+            resident: 0,
+            dirty_count: 0,
+        };
+        for s in 0..capacity {
+            t.link_back(FREE_LIST, s);
+        }
+        t
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.oblock.len() as u32
+    }
+    /// Number of resident (mapped) slots.
+    pub fn len(&self) -> u32 {
+        self.resident
+    }
+    pub fn is_empty(&self) -> bool {
+        self.resident == 0
+    }
+    pub fn is_full(&self) -> bool {
+        self.free.len == 0
+    }
+    pub fn dirty_count(&self) -> u32 {
+        self.dirty_count
+    }
+
+    /// Bytes of RAM this table uses.
+    pub fn memory_bytes(&self) -> usize {
+        self.oblock.len() * (8 + 4 + 4 + 1)
+            + self.dirty.len() * 8
+            + self.index.len() * 4
+            + self.heads.len() * std::mem::size_of::<ListHead>()
+    }
+
+    /// The slot holding `o`, if resident.
+    pub fn lookup(&self, o: OriginBlock) -> Option<CacheBlock> {
+        let mut i = hash(o.0) as usize & self.index_mask;
+        loop {
+            let s = self.index[i];
+            if s == NIL {
+                return None;
+            }
+            if self.oblock[s as usize] == o.0 {
+                return Some(CacheBlock(s));
+            }
+            i = (i + 1) & self.index_mask;
+        }
+    }
+
+    /// The origin block in slot `c`, if the slot is mapped.
+    pub fn oblock_of(&self, c: CacheBlock) -> Option<OriginBlock> {
+        let o = self.oblock[c.index()];
+        (o != EMPTY_OBLOCK).then_some(OriginBlock(o))
+    }
+
+    /// Maps `o` into a free slot and puts it at the back of `list`.
+    /// Caller guarantees `o` is not resident. Returns None when no slot is free.
+    pub fn insert(&mut self, o: OriginBlock, list: u8) -> Option<CacheBlock> {
+        debug_assert!(self.lookup(o).is_none(), "{o} already resident");
+        assert!(o.0 != EMPTY_OBLOCK);
+        let s = self.free.head;
+        if s == NIL {
+            return None;
+        }
+        self.unlink(s);
+        self.insert_at(o, s, list);
+        Some(CacheBlock(s))
+    }
+
+    /// Maps `o` into the specific free slot `c` (used when restoring saved
+    /// mappings). Returns false if the slot is not free or `o` is resident.
+    pub fn insert_into(&mut self, o: OriginBlock, c: CacheBlock, list: u8) -> bool {
+        if c.0 >= self.capacity() || self.list[c.index()] != FREE_LIST || self.lookup(o).is_some() {
+            return false;
+        }
+        self.unlink(c.0);
+        self.insert_at(o, c.0, list);
+        true
+    }
+
+    fn insert_at(&mut self, o: OriginBlock, s: u32, list: u8) {
+        self.oblock[s as usize] = o.0;
+        let mut i = hash(o.0) as usize & self.index_mask;
+        while self.index[i] != NIL {
+            i = (i + 1) & self.index_mask;
+        }
+        self.index[i] = s;
+        self.resident += 1;
+        self.link_back(list, s);
+    }
+
+    /// Unmaps `o`, frees its slot (clearing its dirty bit) and returns it.
+    pub fn remove(&mut self, o: OriginBlock) -> Option<CacheBlock> {
+        let c = self.lookup(o)?;
+        let s = c.0;
+        self.set_dirty(c, false);
+        self.unlink(s);
+        self.index_remove(o.0);
+        self.oblock[s as usize] = EMPTY_OBLOCK;
+        self.resident -= 1;
+        self.link_back(FREE_LIST, s);
+        Some(c)
+    }
+
+    fn index_remove(&mut self, key: u64) {
+        let mask = self.index_mask;
+        let mut i = hash(key) as usize & mask;
+        while self.oblock[self.index[i] as usize] != key {
+            i = (i + 1) & mask;
+        }
+        // Backward-shift deletion keeps probe sequences intact.
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            let s = self.index[j];
+            if s == NIL {
+                break;
+            }
+            let ideal = hash(self.oblock[s as usize]) as usize & mask;
+            // Move s into the hole if its ideal position is not in (hole, j].
+            let dist_hole = hole.wrapping_sub(ideal) & mask;
+            let dist_j = j.wrapping_sub(ideal) & mask;
+            if dist_hole < dist_j {
+                self.index[hole] = s;
+                hole = j;
+            }
+        }
+        self.index[hole] = NIL;
+    }
+
+    pub fn is_dirty(&self, c: CacheBlock) -> bool {
+        self.dirty[c.index() / 64] & (1 << (c.0 % 64)) != 0
+    }
+
+    pub fn set_dirty(&mut self, c: CacheBlock, dirty: bool) {
+        let was = self.is_dirty(c);
+        if was == dirty {
+            return;
+        }
+        let word = &mut self.dirty[c.index() / 64];
+        if dirty {
+            *word |= 1 << (c.0 % 64);
+            self.dirty_count += 1;
+        } else {
+            *word &= !(1 << (c.0 % 64));
+            self.dirty_count -= 1;
+        }
+    }
+
+    /// Which list slot `c` is on (`FREE_LIST` if free).
+    pub fn list_of(&self, c: CacheBlock) -> u8 {
+        self.list[c.index()]
+    }
+
+    pub fn list_len(&self, list: u8) -> u32 {
+        self.heads[list as usize].len
+    }
+
+    /// The front (oldest pushed) slot of `list`.
+    pub fn front(&self, list: u8) -> Option<CacheBlock> {
+        let h = self.heads[list as usize].head;
+        (h != NIL).then_some(CacheBlock(h))
+    }
+
+    /// The back (newest pushed) slot of `list`.
+    pub fn back(&self, list: u8) -> Option<CacheBlock> {
+        let t = self.heads[list as usize].tail;
+        (t != NIL).then_some(CacheBlock(t))
+    }
+
+    /// The slot after `c` on its list (towards the back).
+    pub fn next_of(&self, c: CacheBlock) -> Option<CacheBlock> {
+        let n = self.next[c.index()];
+        (n != NIL).then_some(CacheBlock(n))
+    }
+
+    /// Moves resident slot `c` to the back of `list`.
+    pub fn move_to_back(&mut self, c: CacheBlock, list: u8) {
+        debug_assert!(self.list[c.index()] != FREE_LIST);
+        self.unlink(c.0);
+        self.link_back(list, c.0);
+    }
+
+    /// Moves resident slot `c` to the front of `list`.
+    pub fn move_to_front(&mut self, c: CacheBlock, list: u8) {
+        debug_assert!(self.list[c.index()] != FREE_LIST);
+        self.unlink(c.0);
+        self.link_front(list, c.0);
+    }
+
+    /// Calls `f` for every resident slot (in slot order).
+    pub fn for_each_resident(&self, mut f: impl FnMut(OriginBlock, CacheBlock, bool)) {
+        for (s, &o) in self.oblock.iter().enumerate() {
+            if o != EMPTY_OBLOCK {
+                let c = CacheBlock(s as u32);
+                f(OriginBlock(o), c, self.is_dirty(c));
+            }
+        }
+    }
+
+    fn head_mut(&mut self, list: u8) -> &mut ListHead {
+        if list == FREE_LIST {
+            &mut self.free
+        } else {
+            &mut self.heads[list as usize]
+        }
+    }
+
+    fn unlink(&mut self, s: u32) {
+        let list = self.list[s as usize];
+        let (p, n) = (self.prev[s as usize], self.next[s as usize]);
+        if p != NIL {
+            self.next[p as usize] = n;
+        }
+        if n != NIL {
+            self.prev[n as usize] = p;
+        }
+        let h = self.head_mut(list);
+        if h.head == s {
+            h.head = n;
+        }
+        if h.tail == s {
+            h.tail = p;
+        }
+        h.len -= 1;
+        self.prev[s as usize] = NIL;
+        self.next[s as usize] = NIL;
+    }
+
+    fn link_back(&mut self, list: u8, s: u32) {
+        let h = *self.head_mut(list);
+        self.prev[s as usize] = h.tail;
+        self.next[s as usize] = NIL;
+        if h.tail != NIL {
+            self.next[h.tail as usize] = s;
+        }
+        let h = self.head_mut(list);
+        if h.head == NIL {
+            h.head = s;
+        }
+        h.tail = s;
+        h.len += 1;
+        self.list[s as usize] = list;
+    }
+
+    fn link_front(&mut self, list: u8, s: u32) {
+        let h = *self.head_mut(list);
+        self.next[s as usize] = h.head;
+        self.prev[s as usize] = NIL;
+        if h.head != NIL {
+            self.prev[h.head as usize] = s;
+        }
+        let h = self.head_mut(list);
+        if h.tail == NIL {
+            h.tail = s;
+        }
+        h.head = s;
+        h.len += 1;
+        self.list[s as usize] = list;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    proptest! {
+        #[test]
+        fn table_matches_a_hashmap(ops in proptest::collection::vec((0u8..3, 0u64..64), 1..400)) {
+            let mut t = SlotTable::new(16, 2);
+            let mut model: HashMap<u64, CacheBlock> = HashMap::new();
+            for (op, key) in ops {
+                let o = OriginBlock(key);
+                match op {
+                    0 => {
+                        if model.contains_key(&key) { continue; }
+                        match t.insert(o, (key % 2) as u8) {
+                            Some(c) => { model.insert(key, c); }
+                            None => prop_assert_eq!(model.len(), 16),
+                        }
+                    }
+                    1 => { prop_assert_eq!(t.remove(o), model.remove(&key)); }
+                    _ => { if let Some(&c) = model.get(&key) { t.set_dirty(c, true); } }
+                }
+                prop_assert_eq!(t.len() as usize, model.len());
+                for (k, c) in &model {
+                    prop_assert_eq!(t.lookup(OriginBlock(*k)), Some(*c));
+                    prop_assert_eq!(t.oblock_of(*c), Some(OriginBlock(*k)));
+                }
+                prop_assert_eq!(t.list_len(0) + t.list_len(1), t.len());
+            }
+        }
+    }
+}

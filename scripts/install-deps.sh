@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tiercache's tests and benchmarks use.
+# Idempotent: installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+packages=(fio libnbd-bin nbdkit nbdfuse qemu-utils e2fsprogs python3-libnbd fuse3 git util-linux)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
