@@ -6,9 +6,19 @@
 //! once, which is how the engine and the NBD server use it.
 
 mod aligned;
+mod counting;
+mod crash;
+mod fault;
+mod file;
+mod hdd;
 mod memory;
 
-pub use aligned::AlignedBuf;
+pub use aligned::{is_aligned, AlignedBuf, BUF_ALIGN};
+pub use counting::{CountingDevice, IoCounts};
+pub use crash::{CrashDevice, CrashReport};
+pub use fault::{FaultCounts, FaultDevice, FaultOp, FaultRule};
+pub use file::{DirectIo, FileDevice};
+pub use hdd::{EmulatedHdd, HddModel, InvalidHddModel, QueuedIo};
 pub use memory::MemDevice;
 
 use std::io;
