@@ -204,6 +204,7 @@ named_enum!(
     PassThrough = "passthrough",
 });
 
+#[allow(clippy::derivable_impls)] // the enum is declared by a macro
 impl Default for CacheMode {
     fn default() -> Self {
         CacheMode::WriteThrough

@@ -1,0 +1,58 @@
+//! The engine's one error type.
+
+use std::io;
+
+/// What went wrong with a request or with opening the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The request is not aligned to 512 bytes.
+    #[error("request at offset {offset} length {len} is not aligned to 512 bytes")]
+    Misaligned { offset: u64, len: u64 },
+    /// The request reaches past the end of the exported device.
+    #[error(
+        "request at offset {offset} length {len} is beyond the end of the device ({size} bytes)"
+    )]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    /// The backing device failed; the request did not complete.
+    #[error("backing device {device}: {source}")]
+    Backing { device: String, source: io::Error },
+    /// The cache device failed and the data exists nowhere else (dirty data
+    /// in writeback), so the request cannot be served.
+    #[error("cache device {device} failed holding dirty data: {source}")]
+    CacheDirty { device: String, source: io::Error },
+    /// The configuration cannot work with these devices.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl EngineError {
+    /// The errno an NBD client should see.
+    pub fn errno(&self) -> i32 {
+        match self {
+            EngineError::Misaligned { .. } => libc_einval(),
+            EngineError::OutOfRange { .. } => 28, // ENOSPC, per the NBD spec for writes past the end
+            EngineError::Backing { .. } | EngineError::CacheDirty { .. } => 5, // EIO
+            EngineError::Config(_) => libc_einval(),
+        }
+    }
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+impl From<EngineError> for io::Error {
+    fn from(e: EngineError) -> io::Error {
+        let kind = match &e {
+            EngineError::Misaligned { .. }
+            | EngineError::OutOfRange { .. }
+            | EngineError::Config(_) => io::ErrorKind::InvalidInput,
+            EngineError::Backing { source, .. } | EngineError::CacheDirty { source, .. } => {
+                source.kind()
+            }
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;

@@ -1,0 +1,59 @@
+//! Striped per-origin-block locks.
+//!
+//! Reads of a block hold its stripe shared, writes (and anything that must
+//! not race with a write, such as writeback) hold it exclusive. An IO locks
+//! every stripe it touches, in ascending stripe order, before it plans
+//! anything, so lock order is global and there is no deadlock.
+
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Number of stripes. Consecutive blocks fall on consecutive stripes.
+pub const STRIPES: usize = 4096;
+
+pub struct StripeLocks {
+    stripes: Vec<RwLock<()>>,
+}
+
+/// Guards for every stripe of one IO; dropping it unlocks.
+pub enum StripeGuard<'a> {
+    Shared(#[allow(dead_code)] Vec<RwLockReadGuard<'a, ()>>),
+    Exclusive(#[allow(dead_code)] Vec<RwLockWriteGuard<'a, ()>>),
+}
+
+impl StripeLocks {
+    pub fn new() -> Self {
+        StripeLocks {
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+        }
+    }
+
+    fn indices(blocks: std::ops::Range<u64>) -> Vec<usize> {
+        if blocks.end - blocks.start >= STRIPES as u64 {
+            return (0..STRIPES).collect();
+        }
+        let mut v: Vec<usize> = blocks.map(|b| (b % STRIPES as u64) as usize).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Locks the stripes of `blocks` for reading.
+    pub fn shared(&self, blocks: std::ops::Range<u64>) -> StripeGuard<'_> {
+        StripeGuard::Shared(
+            Self::indices(blocks)
+                .into_iter()
+                .map(|i| self.stripes[i].read())
+                .collect(),
+        )
+    }
+
+    /// Locks the stripes of `blocks` for writing.
+    pub fn exclusive(&self, blocks: std::ops::Range<u64>) -> StripeGuard<'_> {
+        StripeGuard::Exclusive(
+            Self::indices(blocks)
+                .into_iter()
+                .map(|i| self.stripes[i].write())
+                .collect(),
+        )
+    }
+}

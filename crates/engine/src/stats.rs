@@ -1,0 +1,282 @@
+//! Statistics: a snapshot cheap enough to take while IO runs, as a struct,
+//! JSON (serde) or Prometheus text.
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tiercache_policy::Counters;
+use tiercache_types::CacheMode;
+
+/// Byte and error counters the engine keeps outside the director.
+#[derive(Default)]
+pub(crate) struct IoCounters {
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub read_hit_bytes: AtomicU64,
+    pub cache_read_errors: AtomicU64,
+    pub cache_write_errors: AtomicU64,
+    pub backing_read_errors: AtomicU64,
+    pub backing_write_errors: AtomicU64,
+    pub writeback_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub trims: AtomicU64,
+}
+
+impl IoCounters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+    fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// A point-in-time view of the engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EngineStats {
+    pub mode: CacheMode,
+    pub policy: String,
+    pub block_size: u32,
+    pub sequential_cutoff: u64,
+    /// "ok", or "failed: <reason>" once the cache device was taken out of use.
+    pub cache_state: String,
+    pub backing_bytes: u64,
+    pub decisions: Counters,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_hit_bytes: u64,
+    pub writeback_bytes: u64,
+    pub cache_read_errors: u64,
+    pub cache_write_errors: u64,
+    pub backing_read_errors: u64,
+    pub backing_write_errors: u64,
+    pub flushes: u64,
+    pub trims: u64,
+}
+
+impl EngineStats {
+    pub(crate) fn io_part(io: &IoCounters) -> [u64; 10] {
+        [
+            IoCounters::get(&io.read_bytes),
+            IoCounters::get(&io.write_bytes),
+            IoCounters::get(&io.read_hit_bytes),
+            IoCounters::get(&io.writeback_bytes),
+            IoCounters::get(&io.cache_read_errors),
+            IoCounters::get(&io.cache_write_errors),
+            IoCounters::get(&io.backing_read_errors),
+            IoCounters::get(&io.backing_write_errors),
+            IoCounters::get(&io.flushes),
+            IoCounters::get(&io.trims),
+        ]
+    }
+
+    /// Share of the cache in use (0..=1).
+    pub fn occupancy(&self) -> f64 {
+        if self.decisions.capacity == 0 {
+            0.0
+        } else {
+            self.decisions.resident as f64 / self.decisions.capacity as f64
+        }
+    }
+
+    /// Prometheus text exposition format (version 0.0.4).
+    pub fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        let d = &self.decisions;
+        let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+            let _ = writeln!(out, "# HELP tiercache_{name} {help}");
+            let _ = writeln!(out, "# TYPE tiercache_{name} {kind}");
+            let _ = writeln!(out, "tiercache_{name} {value}");
+        };
+        metric(
+            "read_hits_total",
+            "counter",
+            "Read blocks served from the cache.",
+            d.read_hits as f64,
+        );
+        metric(
+            "read_misses_total",
+            "counter",
+            "Read blocks served from the backing device.",
+            d.read_misses as f64,
+        );
+        metric(
+            "write_hits_total",
+            "counter",
+            "Written blocks that were cached.",
+            d.write_hits as f64,
+        );
+        metric(
+            "write_misses_total",
+            "counter",
+            "Written blocks that were not cached.",
+            d.write_misses as f64,
+        );
+        metric(
+            "read_partial_hit_ios_total",
+            "counter",
+            "Read IOs partly served from the cache.",
+            d.read_partial_hit_ios as f64,
+        );
+        metric(
+            "promotions_total",
+            "counter",
+            "Blocks brought into the cache.",
+            d.promotions as f64,
+        );
+        metric(
+            "demotions_total",
+            "counter",
+            "Clean blocks evicted from the cache.",
+            d.demotions as f64,
+        );
+        metric(
+            "writebacks_total",
+            "counter",
+            "Dirty blocks written back.",
+            d.writebacks as f64,
+        );
+        metric(
+            "invalidations_total",
+            "counter",
+            "Blocks dropped from the cache.",
+            d.invalidations as f64,
+        );
+        metric(
+            "bypassed_ios_total",
+            "counter",
+            "IOs that bypassed the cache.",
+            d.bypassed_ios as f64,
+        );
+        metric(
+            "bypassed_bytes_total",
+            "counter",
+            "Bytes that bypassed the cache.",
+            d.bypassed_bytes as f64,
+        );
+        metric(
+            "resident_blocks",
+            "gauge",
+            "Blocks in the cache.",
+            d.resident as f64,
+        );
+        metric(
+            "dirty_blocks",
+            "gauge",
+            "Dirty blocks in the cache.",
+            d.dirty as f64,
+        );
+        metric(
+            "capacity_blocks",
+            "gauge",
+            "Cache size in blocks.",
+            d.capacity as f64,
+        );
+        metric(
+            "read_bytes_total",
+            "counter",
+            "Bytes read by clients.",
+            self.read_bytes as f64,
+        );
+        metric(
+            "write_bytes_total",
+            "counter",
+            "Bytes written by clients.",
+            self.write_bytes as f64,
+        );
+        metric(
+            "writeback_bytes_total",
+            "counter",
+            "Bytes written back to the backing device.",
+            self.writeback_bytes as f64,
+        );
+        metric(
+            "cache_read_errors_total",
+            "counter",
+            "Failed reads of the cache device.",
+            self.cache_read_errors as f64,
+        );
+        metric(
+            "cache_write_errors_total",
+            "counter",
+            "Failed writes of the cache device.",
+            self.cache_write_errors as f64,
+        );
+        metric(
+            "backing_read_errors_total",
+            "counter",
+            "Failed reads of the backing device.",
+            self.backing_read_errors as f64,
+        );
+        metric(
+            "backing_write_errors_total",
+            "counter",
+            "Failed writes of the backing device.",
+            self.backing_write_errors as f64,
+        );
+        metric(
+            "cache_failed",
+            "gauge",
+            "1 when the cache device was taken out of use.",
+            if self.cache_state == "ok" { 0.0 } else { 1.0 },
+        );
+        metric(
+            "read_hit_ratio",
+            "gauge",
+            "Share of read blocks served from the cache.",
+            d.read_hit_ratio(),
+        );
+        out
+    }
+}
+
+impl std::fmt::Display for EngineStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = &self.decisions;
+        writeln!(
+            f,
+            "mode {}  policy {}  block {} B  cache {}",
+            self.mode, self.policy, self.block_size, self.cache_state
+        )?;
+        writeln!(
+            f,
+            "occupancy  {:>6.2}%  ({} of {} blocks, {} dirty)",
+            self.occupancy() * 100.0,
+            d.resident,
+            d.capacity,
+            d.dirty
+        )?;
+        writeln!(
+            f,
+            "reads      {:>10} IOs  {:>10} hit blocks  {:>10} missed  hit ratio {:.2}%  partial hits {}",
+            d.read_ios,
+            d.read_hits,
+            d.read_misses,
+            d.read_hit_ratio() * 100.0,
+            d.read_partial_hit_ios
+        )?;
+        writeln!(
+            f,
+            "writes     {:>10} IOs  {:>10} hit blocks  {:>10} missed",
+            d.write_ios, d.write_hits, d.write_misses
+        )?;
+        writeln!(
+            f,
+            "movement   {:>10} promotions  {} demotions  {} writebacks  {} invalidations",
+            d.promotions, d.demotions, d.writebacks, d.invalidations
+        )?;
+        writeln!(
+            f,
+            "bypass     {:>10} IOs  {} bytes",
+            d.bypassed_ios, d.bypassed_bytes
+        )?;
+        write!(
+            f,
+            "errors     cache read {}  cache write {}  backing read {}  backing write {}",
+            self.cache_read_errors,
+            self.cache_write_errors,
+            self.backing_read_errors,
+            self.backing_write_errors
+        )
+    }
+}

