@@ -1,1 +1,38 @@
-//! tiercache-nbd (under construction).
+//! tiercache-nbd: a Network Block Device server library.
+//!
+//! Serves anything implementing [`Export`] over the NBD protocol (fixed
+//! newstyle handshake only) on a Unix or TCP socket. Independent of the cache
+//! engine: the engine implements [`Export`], the CLI binds a [`Listener`] and
+//! runs a [`Server`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use tiercache_nbd::{Listener, MemExport, Server, ServerConfig};
+//! let export = Arc::new(MemExport::new(64 << 20));
+//! let server = Server::single("", export, ServerConfig::default()).unwrap();
+//! let running = server.spawn(Listener::bind_unix("/tmp/nbd.sock").unwrap()).unwrap();
+//! // ... clients use nbd+unix:///?socket=/tmp/nbd.sock ...
+//! running.shutdown().unwrap(); // finishes in-flight requests, flushes
+//! ```
+//!
+//! Protocol coverage: options `NBD_OPT_GO`, `NBD_OPT_INFO` (with
+//! `NBD_INFO_EXPORT`, `NBD_INFO_BLOCK_SIZE`, `NBD_INFO_NAME`,
+//! `NBD_INFO_DESCRIPTION`), `NBD_OPT_LIST`, `NBD_OPT_ABORT`,
+//! `NBD_OPT_EXPORT_NAME`, `NBD_OPT_STRUCTURED_REPLY`; `NBD_OPT_STARTTLS` is
+//! refused with `NBD_REP_ERR_POLICY`, anything else gets
+//! `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA), FLUSH, TRIM,
+//! WRITE_ZEROES (NO_HOLE), DISC; simple and structured replies. Requests are
+//! pipelined and executed concurrently.
+//!
+//! The wire parsing lives in [`proto`] as pure functions over byte slices
+//! (fuzzed by `crates/nbd/fuzz`), the negotiation in [`handshake`] is generic
+//! over `Read`/`Write`.
+
+pub mod export;
+pub mod handshake;
+pub mod proto;
+mod server;
+
+pub use export::{nbd_errno, transmission_flags, BlockSizes, Export, MemExport, DEFAULT_MAX_BLOCK};
+pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated};
+pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle};

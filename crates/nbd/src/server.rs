@@ -1,0 +1,1074 @@
+//! The NBD server: listeners, connection threads, per-connection worker
+//! pools, replies, graceful shutdown.
+//!
+//! Threads per connection: one reader (handshake, then parses requests and
+//! reads write payloads into reusable buffers) and `workers` executors
+//! sharing a queue. Executors send their own replies under the connection's
+//! writer lock, so replies go out in completion order, one `writev` each.
+//! A slow or stuck client only ever blocks its own threads. Memory per
+//! connection is bounded by `max_inflight_bytes` (plus one maximum-size
+//! request) and the reader stops reading while the bound is reached.
+
+use crate::export::{nbd_errno, Export};
+use crate::handshake::{negotiate, ExportEntry, HandshakeEnd, HandshakeError, HandshakeParams};
+use crate::proto::{self, Command, TransmissionContext, Verdict};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::io::{self, BufReader, BufWriter, IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// Tunables of a [`Server`]. `Default` gives sensible values.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Connections served at once; further ones are accepted and closed
+    /// immediately (and logged).
+    pub max_connections: usize,
+    /// Worker threads per connection executing requests concurrently.
+    pub workers: usize,
+    /// Requests in flight per connection before the reader stops reading.
+    pub max_inflight: usize,
+    /// Bytes of request/reply buffers in flight per connection before the
+    /// reader stops reading (a single request may always proceed alone).
+    pub max_inflight_bytes: u64,
+    /// Cap on the length of READ/WRITE/WRITE_ZEROES requests; advertised as
+    /// the maximum block size (lowered to the export's own maximum).
+    pub max_block: u32,
+    /// A client must finish negotiating within this time (None: no limit).
+    pub handshake_timeout: Option<Duration>,
+    /// Options a client may send before entering transmission.
+    pub max_options: usize,
+    /// On shutdown, how long to let connections finish in-flight requests
+    /// before forcibly closing them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_connections: 64,
+            workers: 8,
+            max_inflight: 64,
+            max_inflight_bytes: 64 << 20,
+            max_block: crate::export::DEFAULT_MAX_BLOCK,
+            handshake_timeout: Some(Duration::from_secs(30)),
+            max_options: 256,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Streams and listeners.
+
+#[derive(Debug)]
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        }
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tcp(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+enum ListenerKind {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+        /// (device, inode) of the socket file we created, so we only ever
+        /// remove our own socket.
+        id: (u64, u64),
+    },
+    Tcp(TcpListener),
+}
+
+/// A bound listening socket for [`Server::serve`]. A Unix socket listener
+/// removes its socket file when dropped (if the file is still its own).
+pub struct Listener {
+    kind: ListenerKind,
+}
+
+enum WakeTarget {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl Listener {
+    /// Binds a Unix socket at `path` with mode 0600.
+    ///
+    /// If `path` exists and is a socket nobody listens on (connecting is
+    /// refused), it is a stale leftover and is removed. If something
+    /// listens there, fails with `AddrInUse`; if `path` is not a socket,
+    /// fails with `AlreadyExists`. The socket is created inside a private
+    /// (0700) temporary directory next to `path`, chmod'ed, then renamed
+    /// into place, so no other user can ever connect to it.
+    pub fn bind_unix(path: impl AsRef<Path>) -> io::Result<Listener> {
+        let path = path.as_ref();
+        match fs::symlink_metadata(path) {
+            Ok(md) => {
+                if !md.file_type().is_socket() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!("{} exists and is not a socket", path.display()),
+                    ));
+                }
+                match UnixStream::connect(path) {
+                    Ok(_) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AddrInUse,
+                            format!("a server is already listening on {}", path.display()),
+                        ))
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                        log::info!("removing stale socket {}", path.display());
+                        match fs::remove_file(path) {
+                            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                            _ => {}
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.unwrap_or(Path::new("."));
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmpdir = dir.join(format!(
+            ".nbd-sock-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::DirBuilder::new().mode(0o700).create(&tmpdir)?;
+        let tmp = tmpdir.join("s");
+        let result = (|| -> io::Result<UnixListener> {
+            let listener = UnixListener::bind(&tmp)?;
+            fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600))?;
+            fs::rename(&tmp, path)?;
+            Ok(listener)
+        })();
+        let _ = fs::remove_file(&tmp);
+        let _ = fs::remove_dir(&tmpdir);
+        let listener = result?;
+        let md = fs::symlink_metadata(path)?;
+        Ok(Listener {
+            kind: ListenerKind::Unix {
+                listener,
+                path: path.to_owned(),
+                id: (md.dev(), md.ino()),
+            },
+        })
+    }
+
+    /// Binds a TCP listener (e.g. `"127.0.0.1:10809"`). Plain TCP is
+    /// unencrypted and unauthenticated; warning about that is the caller's
+    /// job.
+    pub fn bind_tcp(addr: impl ToSocketAddrs) -> io::Result<Listener> {
+        Ok(Listener::from_tcp(TcpListener::bind(addr)?))
+    }
+
+    pub fn from_tcp(l: TcpListener) -> Listener {
+        Listener {
+            kind: ListenerKind::Tcp(l),
+        }
+    }
+
+    /// The socket path, for a Unix listener.
+    pub fn unix_path(&self) -> Option<&Path> {
+        match &self.kind {
+            ListenerKind::Unix { path, .. } => Some(path),
+            ListenerKind::Tcp(_) => None,
+        }
+    }
+
+    /// The bound address, for a TCP listener.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match &self.kind {
+            ListenerKind::Tcp(l) => l.local_addr().ok(),
+            ListenerKind::Unix { .. } => None,
+        }
+    }
+
+    fn accept(&self) -> io::Result<(Stream, String)> {
+        match &self.kind {
+            ListenerKind::Unix { listener, path, .. } => {
+                let (s, _) = listener.accept()?;
+                Ok((Stream::Unix(s), format!("unix:{}", path.display())))
+            }
+            ListenerKind::Tcp(l) => {
+                let (s, a) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tcp(s), a.to_string()))
+            }
+        }
+    }
+
+    fn wake_target(&self) -> Option<WakeTarget> {
+        match &self.kind {
+            ListenerKind::Unix { path, .. } => Some(WakeTarget::Unix(path.clone())),
+            ListenerKind::Tcp(l) => {
+                let mut a = l.local_addr().ok()?;
+                if a.ip().is_unspecified() {
+                    a.set_ip(match a {
+                        SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                        SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                    });
+                }
+                Some(WakeTarget::Tcp(a))
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let ListenerKind::Unix { path, id, .. } = &self.kind {
+            if let Ok(md) = fs::symlink_metadata(path) {
+                if (md.dev(), md.ino()) == *id {
+                    let _ = fs::remove_file(path);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Server.
+
+struct Inner {
+    exports: Vec<ExportEntry>,
+    config: ServerConfig,
+    stop: AtomicBool,
+    wake: Mutex<Option<WakeTarget>>,
+    /// Live connections: a handle on each socket, to shut it down.
+    conns: Mutex<HashMap<u64, Stream>>,
+    active: Mutex<usize>,
+    active_cv: Condvar,
+    refused: AtomicU64,
+}
+
+/// An NBD server over a fixed set of exports. Cheap to clone handles from;
+/// run it with [`Server::serve`] (blocking) or [`Server::spawn`].
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+/// Stops a running server: it stops accepting, lets every connection finish
+/// its in-flight requests (up to `shutdown_grace`), flushes the exports, and
+/// `serve` returns.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    inner: Arc<Inner>,
+}
+
+impl ShutdownHandle {
+    /// Starts the shutdown; returns at once (wait on `serve`, or use
+    /// [`RunningServer::shutdown`]). Idempotent.
+    pub fn shutdown(&self) {
+        if self.inner.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // Wake the accept loop by connecting to ourselves.
+        match &*self.inner.wake.lock() {
+            Some(WakeTarget::Unix(p)) => drop(UnixStream::connect(p)),
+            Some(WakeTarget::Tcp(a)) => drop(TcpStream::connect_timeout(a, Duration::from_secs(1))),
+            None => {}
+        }
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// A server running on its own thread (see [`Server::spawn`]).
+pub struct RunningServer {
+    handle: ShutdownHandle,
+    thread: JoinHandle<io::Result<()>>,
+}
+
+impl RunningServer {
+    pub fn handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Connections currently open (in handshake or transmission).
+    pub fn active_connections(&self) -> usize {
+        *self.handle.inner.active.lock()
+    }
+
+    /// Gracefully shuts down and waits; returns the first export flush
+    /// error, if any.
+    pub fn shutdown(self) -> io::Result<()> {
+        self.handle.shutdown();
+        self.wait()
+    }
+
+    /// Waits until the server stops (after someone calls
+    /// [`ShutdownHandle::shutdown`]).
+    pub fn wait(self) -> io::Result<()> {
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("NBD server thread panicked")))
+    }
+}
+
+impl Server {
+    /// Creates a server for `exports` (at least one; names must be unique;
+    /// block size constraints must satisfy [`crate::BlockSizes::validate`]).
+    pub fn new(exports: Vec<ExportEntry>, config: ServerConfig) -> io::Result<Server> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        if exports.is_empty() {
+            return Err(invalid("no exports".into()));
+        }
+        for (i, e) in exports.iter().enumerate() {
+            if exports[..i].iter().any(|o| o.name == e.name) {
+                return Err(invalid(format!("duplicate export name {:?}", e.name)));
+            }
+            if e.name.len() > proto::MAX_STRING_LEN || e.description.len() > proto::MAX_STRING_LEN {
+                return Err(invalid(format!(
+                    "export name or description too long: {:?}",
+                    e.name
+                )));
+            }
+            let b = e.export.block_size_constraints();
+            b.validate(e.export.size())
+                .map_err(|m| invalid(format!("export {:?}: {m}", e.name)))?;
+        }
+        if config.max_block < 512 || config.workers == 0 || config.max_inflight == 0 {
+            return Err(invalid(
+                "max_block must be >= 512, workers and max_inflight >= 1".into(),
+            ));
+        }
+        Ok(Server {
+            inner: Arc::new(Inner {
+                exports,
+                config,
+                stop: AtomicBool::new(false),
+                wake: Mutex::new(None),
+                conns: Mutex::new(HashMap::new()),
+                active: Mutex::new(0),
+                active_cv: Condvar::new(),
+                refused: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// A server with one export, reachable under any name the client uses
+    /// for the default export ("") and under `name`.
+    pub fn single(name: &str, export: Arc<dyn Export>, config: ServerConfig) -> io::Result<Server> {
+        Server::new(vec![ExportEntry::new(name, export)], config)
+    }
+
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Runs `serve` on a new thread.
+    pub fn spawn(self, listener: Listener) -> io::Result<RunningServer> {
+        let handle = self.shutdown_handle();
+        let thread = thread::Builder::new()
+            .name("nbd-accept".into())
+            .spawn(move || self.serve(listener))?;
+        Ok(RunningServer { handle, thread })
+    }
+
+    /// Accepts and serves connections until [`ShutdownHandle::shutdown`];
+    /// then stops accepting, stops reading new requests, waits for in-flight
+    /// requests (up to `shutdown_grace`, after which connections are cut),
+    /// flushes every export, and returns the first flush error.
+    pub fn serve(&self, listener: Listener) -> io::Result<()> {
+        let inner = &self.inner;
+        *inner.wake.lock() = listener.wake_target();
+        let mut threads: Vec<JoinHandle<()>> = Vec::new();
+        let mut next_id = 0u64;
+        while !inner.stop.load(Ordering::SeqCst) {
+            let (stream, peer) = match listener.accept() {
+                Ok(x) => x,
+                Err(e) => {
+                    match e.kind() {
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
+                        _ => {
+                            log::error!("accept failed: {e}");
+                            thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                    continue;
+                }
+            };
+            if inner.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            threads.retain(|t| !t.is_finished());
+            {
+                let mut active = inner.active.lock();
+                if *active >= inner.config.max_connections {
+                    let n = inner.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        log::warn!(
+                            "refusing connection from {peer}: {} connections open (limit); {n} refused so far",
+                            *active
+                        );
+                    }
+                    continue;
+                }
+                *active += 1;
+            }
+            next_id += 1;
+            let id = next_id;
+            match stream.try_clone() {
+                Ok(s) => {
+                    inner.conns.lock().insert(id, s);
+                }
+                Err(e) => {
+                    log::warn!("{peer}: cannot clone socket: {e}");
+                    finish_connection(inner, id);
+                    continue;
+                }
+            }
+            let inner2 = inner.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("nbd-conn-{id}"))
+                .spawn(move || {
+                    run_connection(&inner2, stream, &peer);
+                    finish_connection(&inner2, id);
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    log::error!("cannot spawn connection thread: {e}");
+                    finish_connection(inner, id);
+                }
+            }
+        }
+        drop(listener);
+        log::info!("NBD server shutting down");
+
+        // Stop reading requests; in-flight ones complete and are answered.
+        for s in inner.conns.lock().values() {
+            let _ = s.shutdown(Shutdown::Read);
+        }
+        {
+            let mut active = inner.active.lock();
+            let deadline = std::time::Instant::now() + inner.config.shutdown_grace;
+            while *active > 0 {
+                if inner
+                    .active_cv
+                    .wait_until(&mut active, deadline)
+                    .timed_out()
+                {
+                    log::warn!(
+                        "{} connection(s) did not finish within the grace period; closing them",
+                        *active
+                    );
+                    for s in inner.conns.lock().values() {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
+                    break;
+                }
+            }
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+
+        let mut result = Ok(());
+        let mut flushed: Vec<*const ()> = Vec::new();
+        for e in &inner.exports {
+            let ptr = Arc::as_ptr(&e.export) as *const ();
+            if flushed.contains(&ptr) || !e.export.can_flush() {
+                continue;
+            }
+            flushed.push(ptr);
+            if let Err(err) = e.export.flush() {
+                log::error!("flushing export {:?} on shutdown failed: {err}", e.name);
+                if result.is_ok() {
+                    result = Err(err);
+                }
+            }
+        }
+        result
+    }
+}
+
+fn finish_connection(inner: &Inner, id: u64) {
+    inner.conns.lock().remove(&id);
+    let mut active = inner.active.lock();
+    *active -= 1;
+    inner.active_cv.notify_all();
+}
+
+// ---------------------------------------------------------------------------
+// One connection.
+
+struct Job {
+    handle: u64,
+    cmd: Command,
+    buf: Vec<u8>,
+}
+
+struct Flight {
+    count: usize,
+    bytes: u64,
+}
+
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+struct Conn<'a> {
+    peer: &'a str,
+    export: &'a dyn Export,
+    structured: bool,
+    writer: Mutex<Stream>,
+    /// Set once a reply could not be sent; nothing more is sent.
+    broken: AtomicBool,
+    flight: Mutex<Flight>,
+    flight_cv: Condvar,
+    queue: Mutex<Queue>,
+    queue_cv: Condvar,
+    /// Spare buffers (capacity at most `KEEP_BUF`), reused for payloads.
+    bufs: Mutex<Vec<Vec<u8>>>,
+    /// Rejection reasons already logged at warn level on this connection.
+    logged: Mutex<Vec<&'static str>>,
+    max_inflight: usize,
+    max_bytes: u64,
+    stopping: &'a AtomicBool,
+}
+
+const KEEP_BUF: usize = 1 << 20;
+
+fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
+    let cfg = &inner.config;
+    let _ = stream.set_read_timeout(cfg.handshake_timeout);
+    let read_half = match stream.try_clone() {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("{peer}: cannot clone socket: {e}");
+            return;
+        }
+    };
+    let mut reader = BufReader::with_capacity(256 << 10, read_half);
+    let mut writer = stream;
+    let params = HandshakeParams {
+        exports: &inner.exports,
+        max_block: cfg.max_block,
+        shutting_down: &inner.stop,
+        max_options: cfg.max_options,
+    };
+    let end = negotiate(&mut reader, &mut BufWriter::new(&mut writer), &params);
+    let n = match end {
+        Ok(HandshakeEnd::Transmission(n)) => n,
+        Ok(HandshakeEnd::Aborted) => {
+            log::debug!("{peer}: client ended negotiation (NBD_OPT_ABORT)");
+            return;
+        }
+        Err(HandshakeError::Io(e)) => {
+            match e.kind() {
+                io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => {
+                    log::info!("{peer}: client disconnected during handshake")
+                }
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    log::warn!("{peer}: handshake timed out; disconnecting")
+                }
+                _ => log::warn!("{peer}: handshake failed: {e}"),
+            }
+            return;
+        }
+        Err(e @ HandshakeError::Protocol(_)) => {
+            log::warn!("{peer}: {e}; disconnecting");
+            return;
+        }
+    };
+    let _ = reader.get_ref().set_read_timeout(None);
+    let entry = &inner.exports[n.export];
+    log::info!(
+        "{peer}: serving export {:?} ({} bytes, flags {:#x}, structured replies {})",
+        entry.name,
+        n.ctx.size,
+        n.ctx.flags,
+        n.structured_replies
+    );
+    let conn = Conn {
+        peer,
+        export: &*entry.export,
+        structured: n.structured_replies,
+        writer: Mutex::new(writer),
+        broken: AtomicBool::new(false),
+        flight: Mutex::new(Flight { count: 0, bytes: 0 }),
+        flight_cv: Condvar::new(),
+        queue: Mutex::new(Queue {
+            jobs: VecDeque::new(),
+            closed: false,
+        }),
+        queue_cv: Condvar::new(),
+        bufs: Mutex::new(Vec::new()),
+        logged: Mutex::new(Vec::new()),
+        max_inflight: cfg.max_inflight,
+        max_bytes: cfg.max_inflight_bytes,
+        stopping: &inner.stop,
+    };
+    thread::scope(|s| {
+        for i in 0..cfg.workers {
+            let c = &conn;
+            let spawned = thread::Builder::new()
+                .name(format!("nbd-worker-{i}"))
+                .spawn_scoped(s, move || c.work());
+            if let Err(e) = spawned {
+                log::error!("{peer}: cannot spawn worker: {e}");
+                if i == 0 {
+                    conn.broken.store(true, Ordering::SeqCst);
+                }
+                break;
+            }
+        }
+        if !conn.broken.load(Ordering::SeqCst) {
+            conn.read_requests(&mut reader, &n.ctx);
+        }
+        {
+            let mut q = conn.queue.lock();
+            q.closed = true;
+        }
+        conn.queue_cv.notify_all();
+    });
+    // All workers have exited, so every queued request was answered.
+    let _ = conn.writer.lock().shutdown(Shutdown::Both);
+    log::debug!("{peer}: connection closed");
+}
+
+/// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean EOF before the
+/// first byte.
+fn read_or_eof<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn discard<R: Read>(r: &mut R, mut n: u64) -> io::Result<()> {
+    let mut scratch = [0u8; 8192];
+    while n > 0 {
+        let k = n.min(scratch.len() as u64) as usize;
+        r.read_exact(&mut scratch[..k])?;
+        n -= k as u64;
+    }
+    Ok(())
+}
+
+/// Writes all of `parts` with as few `writev` calls as possible.
+fn write_all_parts<W: Write>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
+    let mut idx = 0;
+    let mut off = 0;
+    while idx < parts.len() {
+        if parts[idx].len() == off {
+            idx += 1;
+            off = 0;
+            continue;
+        }
+        let mut slices = [IoSlice::new(&[]); 4];
+        let mut k = 0;
+        for (j, p) in parts[idx..].iter().enumerate().take(4) {
+            slices[k] = IoSlice::new(if j == 0 { &p[off..] } else { p });
+            k += 1;
+        }
+        let mut n = match w.write_vectored(&slices[..k]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        while n > 0 {
+            let rem = parts[idx].len() - off;
+            if n >= rem {
+                n -= rem;
+                idx += 1;
+                off = 0;
+            } else {
+                off += n;
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn command_name(kind: u16) -> &'static str {
+    match kind {
+        proto::CMD_READ => "READ",
+        proto::CMD_WRITE => "WRITE",
+        proto::CMD_DISC => "DISC",
+        proto::CMD_FLUSH => "FLUSH",
+        proto::CMD_TRIM => "TRIM",
+        proto::CMD_CACHE => "CACHE",
+        proto::CMD_WRITE_ZEROES => "WRITE_ZEROES",
+        proto::CMD_BLOCK_STATUS => "BLOCK_STATUS",
+        _ => "unknown command",
+    }
+}
+
+impl Conn<'_> {
+    /// Logs at warn level the first time `key` happens on this connection,
+    /// at debug level afterwards.
+    fn log_once(&self, key: &'static str, msg: impl FnOnce() -> String) {
+        let first = {
+            let mut l = self.logged.lock();
+            if l.contains(&key) {
+                false
+            } else {
+                l.push(key);
+                true
+            }
+        };
+        if first {
+            log::warn!(
+                "{}: {} (further occurrences logged at debug level)",
+                self.peer,
+                msg()
+            );
+        } else {
+            log::debug!("{}: {}", self.peer, msg());
+        }
+    }
+
+    fn read_requests<R: Read>(&self, reader: &mut R, ctx: &TransmissionContext) {
+        let peer = self.peer;
+        loop {
+            if self.broken.load(Ordering::Relaxed) {
+                return;
+            }
+            let mut hb = [0u8; proto::REQUEST_HEADER_LEN];
+            match read_or_eof(reader, &mut hb) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if !self.stopping.load(Ordering::Relaxed) {
+                        log::info!("{peer}: client closed the connection without NBD_CMD_DISC");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    if !self.broken.load(Ordering::Relaxed) {
+                        log::warn!("{peer}: connection lost in a request header: {e}");
+                    }
+                    return;
+                }
+            }
+            let h = match proto::parse_request_header(&hb) {
+                Ok(h) => h,
+                Err(e) => {
+                    log::warn!("{peer}: malformed request ({e}); disconnecting");
+                    return;
+                }
+            };
+            match proto::validate_request(&h, ctx) {
+                Verdict::Execute(Command::Disconnect) => {
+                    log::debug!("{peer}: NBD_CMD_DISC");
+                    return;
+                }
+                Verdict::Execute(cmd) => {
+                    let bytes = match cmd {
+                        Command::Read { len, .. } | Command::Write { len, .. } => u64::from(len),
+                        _ => 0,
+                    };
+                    self.acquire(bytes);
+                    let mut buf = self.take_buf();
+                    if let Command::Write { len, offset, .. } = cmd {
+                        buf.resize(len as usize, 0);
+                        if let Err(e) = reader.read_exact(&mut buf) {
+                            log::warn!(
+                                "{peer}: client vanished in the middle of a write payload \
+                                 (offset {offset}, {len} bytes): {e}"
+                            );
+                            self.release(bytes);
+                            return;
+                        }
+                    }
+                    self.queue.lock().jobs.push_back(Job {
+                        handle: h.handle,
+                        cmd,
+                        buf,
+                    });
+                    self.queue_cv.notify_one();
+                }
+                Verdict::Reject {
+                    errno,
+                    discard: n,
+                    reason,
+                } => {
+                    if n > 0 {
+                        if let Err(e) = discard(reader, u64::from(n)) {
+                            log::warn!(
+                                "{peer}: client vanished in the middle of a rejected write payload: {e}"
+                            );
+                            return;
+                        }
+                    }
+                    self.log_once(reason, || {
+                        format!(
+                            "rejecting {} (type {}, flags {:#x}, offset {}, length {}): {reason}; errno {errno}",
+                            command_name(h.kind),
+                            h.kind,
+                            h.flags,
+                            h.offset,
+                            h.length
+                        )
+                    });
+                    self.send_error(h.handle, errno, reason);
+                }
+                Verdict::Disconnect(reason) => {
+                    log::warn!(
+                        "{peer}: {reason} ({} bytes, limit {}); hard disconnect",
+                        h.length,
+                        ctx.discard_limit()
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Blocks until one more request (with `bytes` of buffer) may be in
+    /// flight.
+    fn acquire(&self, bytes: u64) {
+        let mut f = self.flight.lock();
+        while f.count >= self.max_inflight || (f.count > 0 && f.bytes + bytes > self.max_bytes) {
+            self.flight_cv.wait(&mut f);
+        }
+        f.count += 1;
+        f.bytes += bytes;
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut f = self.flight.lock();
+        f.count -= 1;
+        f.bytes -= bytes;
+        drop(f);
+        self.flight_cv.notify_all();
+    }
+
+    fn take_buf(&self) -> Vec<u8> {
+        self.bufs.lock().pop().unwrap_or_default()
+    }
+
+    fn put_buf(&self, mut b: Vec<u8>) {
+        if b.capacity() <= KEEP_BUF {
+            b.clear();
+            let mut bufs = self.bufs.lock();
+            if bufs.len() < self.max_inflight {
+                bufs.push(b);
+            }
+        }
+    }
+
+    /// Worker loop: executes queued requests until the queue is closed and
+    /// empty.
+    fn work(&self) {
+        loop {
+            let job = {
+                let mut q = self.queue.lock();
+                loop {
+                    if let Some(j) = q.jobs.pop_front() {
+                        break j;
+                    }
+                    if q.closed {
+                        return;
+                    }
+                    self.queue_cv.wait(&mut q);
+                }
+            };
+            self.execute(job);
+        }
+    }
+
+    fn execute(&self, job: Job) {
+        let Job {
+            handle,
+            cmd,
+            mut buf,
+        } = job;
+        let ex = self.export;
+        let (res, bytes) = match cmd {
+            Command::Read { offset, len } => {
+                buf.resize(len as usize, 0);
+                (ex.read(offset, &mut buf), u64::from(len))
+            }
+            Command::Write { offset, len, fua } => (ex.write(offset, &buf, fua), u64::from(len)),
+            Command::Flush => (ex.flush(), 0),
+            Command::Trim { offset, len, fua } => (
+                ex.trim(offset, u64::from(len))
+                    .and_then(|()| if fua { ex.flush() } else { Ok(()) }),
+                0,
+            ),
+            Command::WriteZeroes {
+                offset,
+                len,
+                fua,
+                may_trim,
+            } => (ex.write_zeroes(offset, u64::from(len), fua, may_trim), 0),
+            Command::Disconnect => (Ok(()), 0),
+        };
+        match res {
+            Ok(()) => match cmd {
+                Command::Read { offset, .. } => self.send_read(handle, offset, &buf),
+                _ => self.send(&[&proto::encode_simple_reply(0, handle)]),
+            },
+            Err(e) => {
+                let errno = nbd_errno(&e);
+                self.log_once("export error", || {
+                    format!("export error on {cmd:?}: {e}; answering errno {errno}")
+                });
+                self.send_error(handle, errno, &e.to_string());
+            }
+        }
+        self.put_buf(buf);
+        self.release(bytes);
+    }
+
+    fn send(&self, parts: &[&[u8]]) {
+        if self.broken.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut w = self.writer.lock();
+        if let Err(e) = write_all_parts(&mut *w, parts) {
+            if !self.broken.swap(true, Ordering::SeqCst) {
+                log::warn!("{}: cannot send reply ({e}); closing connection", self.peer);
+            }
+            // Makes the reader see EOF, so the connection winds down.
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn send_read(&self, handle: u64, offset: u64, data: &[u8]) {
+        if !self.structured {
+            self.send(&[&proto::encode_simple_reply(0, handle), data]);
+        } else if data.is_empty() {
+            self.send(&[&proto::encode_structured_header(
+                proto::REPLY_FLAG_DONE,
+                proto::REPLY_TYPE_NONE,
+                handle,
+                0,
+            )]);
+        } else {
+            let hdr = proto::encode_structured_header(
+                proto::REPLY_FLAG_DONE,
+                proto::REPLY_TYPE_OFFSET_DATA,
+                handle,
+                8 + data.len() as u32,
+            );
+            self.send(&[&hdr, &offset.to_be_bytes(), data]);
+        }
+    }
+
+    /// An error reply: a structured `NBD_REPLY_TYPE_ERROR` chunk carrying
+    /// `msg` when structured replies were negotiated (mandatory for reads),
+    /// else a simple reply without payload.
+    fn send_error(&self, handle: u64, errno: u32, msg: &str) {
+        if !self.structured {
+            self.send(&[&proto::encode_simple_reply(errno, handle)]);
+            return;
+        }
+        let mut end = msg.len().min(proto::MAX_STRING_LEN);
+        while !msg.is_char_boundary(end) {
+            end -= 1;
+        }
+        let msg = msg[..end].as_bytes();
+        let hdr = proto::encode_structured_header(
+            proto::REPLY_FLAG_DONE,
+            proto::REPLY_TYPE_ERROR,
+            handle,
+            6 + msg.len() as u32,
+        );
+        self.send(&[
+            &hdr,
+            &errno.to_be_bytes(),
+            &(msg.len() as u16).to_be_bytes(),
+            msg,
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that accepts at most 3 bytes per call.
+    struct Dribble(Vec<u8>);
+    impl Write for Dribble {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let n = b.len().min(3);
+            self.0.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn write_all_parts_handles_short_writes() {
+        let mut d = Dribble(Vec::new());
+        write_all_parts(&mut d, &[b"abcd", b"", b"efghij", b"k"]).unwrap();
+        assert_eq!(d.0, b"abcdefghijk");
+    }
+}
