@@ -12,16 +12,22 @@
 //! code and get exactly the same decisions for the same request stream.
 
 pub mod admission;
+pub mod arc;
 pub mod director;
 pub mod lru;
+pub mod s3fifo;
 pub mod sequential;
 pub mod slots;
+pub mod smq;
 
-pub use admission::{Admission, AlwaysAdmit};
+pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};
+pub use arc::Arc;
 pub use director::{BlockPlan, Counters, Director, DirectorConfig, IoPlan};
 pub use lru::Lru;
+pub use s3fifo::S3Fifo;
 pub use sequential::SequentialDetector;
 pub use slots::SlotTable;
+pub use smq::Smq;
 
 use tiercache_types::{Access, AdmissionKind, CacheBlock, OriginBlock, ReplacementKind, Time};
 
@@ -140,10 +146,12 @@ pub enum PolicyError {
 impl PolicyConfig {
     /// Builds the replacement policy for a cache of `capacity` slots.
     pub fn build_replacement(&self, capacity: u32) -> Result<Box<dyn Replacement>, PolicyError> {
-        match self.replacement {
-            ReplacementKind::Lru => Ok(Box::new(Lru::new(capacity))),
-            other => Err(PolicyError::Unavailable(other.to_string())),
-        }
+        Ok(match self.replacement {
+            ReplacementKind::Smq => Box::new(Smq::new(capacity)),
+            ReplacementKind::Lru => Box::new(Lru::new(capacity)),
+            ReplacementKind::S3Fifo => Box::new(S3Fifo::new(capacity)),
+            ReplacementKind::Arc => Box::new(Arc::new(capacity)),
+        })
     }
 
     /// Builds the admission policy. `block_size` is the cache block size in
@@ -153,10 +161,27 @@ impl PolicyConfig {
         capacity: u32,
         block_size: u32,
     ) -> Result<Box<dyn Admission>, PolicyError> {
-        let _ = (capacity, block_size);
-        match self.admission {
-            AdmissionKind::Always => Ok(Box::new(AlwaysAdmit)),
-            other => Err(PolicyError::Unavailable(other.to_string())),
-        }
+        Ok(match self.admission {
+            AdmissionKind::Always => Box::new(AlwaysAdmit),
+            AdmissionKind::NHit => {
+                if !(0.0..=1.0).contains(&self.nhit_free_occupancy) {
+                    return Err(PolicyError::Invalid(format!(
+                        "nhit_free_occupancy {} must be between 0 and 1",
+                        self.nhit_free_occupancy
+                    )));
+                }
+                if self.nhit_threshold == 0 {
+                    return Err(PolicyError::Invalid(
+                        "nhit_threshold must be at least 1".into(),
+                    ));
+                }
+                Box::new(NHitAdmit::new(
+                    self.nhit_threshold,
+                    self.nhit_free_occupancy,
+                    capacity,
+                ))
+            }
+            AdmissionKind::Hotspot => Box::new(HotspotAdmit::new(capacity, block_size)),
+        })
     }
 }

@@ -4,6 +4,9 @@
 //!
 //! Memory per slot: 8 (origin block) + 8 (list links) + 1 (list id)
 //! + 1/8 (dirty bit) + about 5.3 (hash index at load factor 3/4) = ~22.5 bytes.
+//! The index is sized to exactly `4/3 * capacity` entries (not rounded up to a
+//! power of two, which would cost up to 10.7 bytes per slot) and addressed by
+//! multiply-shift range reduction.
 
 use tiercache_types::{CacheBlock, OriginBlock};
 
@@ -32,7 +35,7 @@ pub struct SlotTable {
     heads: Vec<ListHead>,
     free: ListHead,
     index: Vec<u32>,
-    index_mask: usize,
+    index_len: usize,
     resident: u32,
     dirty_count: u32,
 }
@@ -51,7 +54,7 @@ impl SlotTable {
     pub fn new(capacity: u32, lists: u8) -> Self {
         assert!(capacity < NIL, "capacity too large");
         let n = capacity as usize;
-        let index_len = ((n * 4 / 3) + 1).next_power_of_two().max(8);
+        let index_len = ((n * 4 / 3) + 1).max(8);
         let mut t = SlotTable {
             oblock: vec![EMPTY_OBLOCK; n],
             prev: vec![NIL; n],
@@ -72,7 +75,7 @@ impl SlotTable {
                 len: 0,
             },
             index: vec![NIL; index_len],
-            index_mask: index_len - 1,
+            index_len,
             resident: 0,
             dirty_count: 0,
         };
@@ -109,7 +112,7 @@ impl SlotTable {
 
     /// The slot holding `o`, if resident.
     pub fn lookup(&self, o: OriginBlock) -> Option<CacheBlock> {
-        let mut i = hash(o.0) as usize & self.index_mask;
+        let mut i = self.home(o.0);
         loop {
             let s = self.index[i];
             if s == NIL {
@@ -118,7 +121,33 @@ impl SlotTable {
             if self.oblock[s as usize] == o.0 {
                 return Some(CacheBlock(s));
             }
-            i = (i + 1) & self.index_mask;
+            i = self.step(i);
+        }
+    }
+
+    /// The home position of `key` in the index: `hash * len / 2^64`.
+    #[inline]
+    fn home(&self, key: u64) -> usize {
+        ((hash(key) as u128 * self.index_len as u128) >> 64) as usize
+    }
+
+    /// The next probe position after `i` (linear probing, wrapping).
+    #[inline]
+    fn step(&self, i: usize) -> usize {
+        if i + 1 == self.index_len {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// Probe distance from `from` forward to `to`, wrapping.
+    #[inline]
+    fn dist(&self, from: usize, to: usize) -> usize {
+        if to >= from {
+            to - from
+        } else {
+            to + self.index_len - from
         }
     }
 
@@ -155,9 +184,9 @@ impl SlotTable {
 
     fn insert_at(&mut self, o: OriginBlock, s: u32, list: u8) {
         self.oblock[s as usize] = o.0;
-        let mut i = hash(o.0) as usize & self.index_mask;
+        let mut i = self.home(o.0);
         while self.index[i] != NIL {
-            i = (i + 1) & self.index_mask;
+            i = self.step(i);
         }
         self.index[i] = s;
         self.resident += 1;
@@ -178,25 +207,22 @@ impl SlotTable {
     }
 
     fn index_remove(&mut self, key: u64) {
-        let mask = self.index_mask;
-        let mut i = hash(key) as usize & mask;
+        let mut i = self.home(key);
         while self.oblock[self.index[i] as usize] != key {
-            i = (i + 1) & mask;
+            i = self.step(i);
         }
         // Backward-shift deletion keeps probe sequences intact.
         let mut hole = i;
         let mut j = i;
         loop {
-            j = (j + 1) & mask;
+            j = self.step(j);
             let s = self.index[j];
             if s == NIL {
                 break;
             }
-            let ideal = hash(self.oblock[s as usize]) as usize & mask;
+            let ideal = self.home(self.oblock[s as usize]);
             // Move s into the hole if its ideal position is not in (hole, j].
-            let dist_hole = hole.wrapping_sub(ideal) & mask;
-            let dist_j = j.wrapping_sub(ideal) & mask;
-            if dist_hole < dist_j {
+            if self.dist(ideal, hole) < self.dist(ideal, j) {
                 self.index[hole] = s;
                 hole = j;
             }

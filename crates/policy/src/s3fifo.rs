@@ -1,0 +1,449 @@
+//! S3-FIFO (Yang et al., "FIFO queues are all you need for cache eviction",
+//! SOSP 2023), following libCacheSim's `cache/eviction/S3FIFO.c` (the
+//! version bundled by the `libcachesim` Python package, 0.3.x) step by step
+//! so that miss counts on read-only traces match it exactly.
+//!
+//! - A small FIFO (`floor(0.1 * capacity)` blocks), a main FIFO (the rest)
+//!   and a ghost FIFO of `floor(0.9 * capacity)` origin blocks that were
+//!   evicted from the small FIFO.
+//! - Each resident block has a 2-bit access frequency (saturating at 3;
+//!   libCacheSim counts without bound but only ever compares with 1, 2 and
+//!   `min(freq, 3)`, so the result is the same). A hit only increments it
+//!   (lazy promotion: no list is touched on a hit).
+//! - A miss that hits the ghost enters the main FIFO. Otherwise it enters
+//!   the small FIFO, except that before the first eviction a new block goes
+//!   to main once the small FIFO is full (libCacheSim's `has_evicted`).
+//! - Eviction (one block per insertion into a full cache): from main if main
+//!   holds more than its share or small is empty, else from small.
+//!   Small: the oldest block moves to main (frequency reset to 0) if it was
+//!   hit at least twice (`move-to-main-threshold=2`), else it is evicted
+//!   and remembered in the ghost; repeat until one is evicted. Main: the
+//!   oldest block is reinserted at the tail with `min(freq, 3) - 1` if it
+//!   was hit, else evicted; repeat until one is evicted.
+//!
+//! Deliberate differences from libCacheSim (none shows on read-only traces
+//! with capacity >= 20 blocks and the `always` admission):
+//! - **Dirty blocks** leave their FIFO for a separate dirty list, so the
+//!   eviction loops above never meet them (no skipping, no risk of looping
+//!   forever in a queue that is all dirty). They still count towards the
+//!   main FIFO's share. Cost: a block loses its FIFO position while dirty;
+//!   when cleaned it re-enters at the tail of the main FIFO with the
+//!   frequency it had, i.e. it gets one more full trip through main.
+//! - libCacheSim refuses to insert (outside the ghost path) when the small
+//!   FIFO holds fewer than 2 objects (capacity < 20); here the small FIFO is
+//!   at least 1 block and every insertion succeeds, as the
+//!   [`Replacement`] contract requires.
+//! - libCacheSim removes a block from the ghost as soon as it misses; here
+//!   that happens in [`Replacement::insert`], so a miss that admission
+//!   rejects leaves the ghost entry in place.
+//! - `remove` (invalidation) of a resident block does not touch the ghost;
+//!   a block cannot be both resident and in the ghost.
+//!
+//! Memory per cache block: the [`SlotTable`] (~22.5 B), 2 frequency bits,
+//! and the ghost, kept exactly (origin block ids, for exact ghost hits) in a
+//! second [`SlotTable`] of `0.9 * capacity` entries: ~20.3 B. Total ~43 B.
+//! (A fingerprint ghost would cut that to ~5 B at the price of rare false
+//! ghost hits, and of exact agreement with libCacheSim.)
+
+use crate::slots::SlotTable;
+use crate::{Insertion, Replacement};
+use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
+
+const SMALL: u8 = 0;
+const MAIN: u8 = 1;
+/// Dirty blocks, whichever FIFO they came from.
+const DIRTY: u8 = 2;
+/// The single list of the ghost table.
+const GHOST: u8 = 0;
+
+/// Share of the cache for the small FIFO (libCacheSim `small-size-ratio`).
+pub const SMALL_RATIO: f64 = 0.10;
+/// Ghost entries per cache block (libCacheSim `ghost-size-ratio`).
+pub const GHOST_RATIO: f64 = 0.90;
+/// Hits in the small FIFO needed to move to main
+/// (libCacheSim `move-to-main-threshold`).
+pub const MOVE_TO_MAIN_THRESHOLD: u8 = 2;
+/// How far `peek_victim` looks into a FIFO before settling for the best
+/// candidate seen (it must stay cheap: it runs on every miss).
+const PEEK_SCAN: usize = 32;
+
+/// The S3-FIFO replacement policy. See the module documentation.
+#[derive(Clone)]
+pub struct S3Fifo {
+    slots: SlotTable,
+    /// 2 bits per slot.
+    freq: Vec<u64>,
+    ghost: SlotTable,
+    small_size: u32,
+    main_size: u32,
+    has_evicted: bool,
+}
+
+impl S3Fifo {
+    pub fn new(capacity: u32) -> Self {
+        let small_size = ((capacity as f64 * SMALL_RATIO) as u32).max(1);
+        let ghost_size = (capacity as f64 * GHOST_RATIO) as u32;
+        S3Fifo {
+            slots: SlotTable::new(capacity, 3),
+            freq: vec![0; (capacity as usize).div_ceil(32)],
+            ghost: SlotTable::new(ghost_size, 1),
+            small_size,
+            main_size: capacity - small_size.min(capacity),
+            has_evicted: false,
+        }
+    }
+
+    fn freq(&self, c: CacheBlock) -> u8 {
+        ((self.freq[c.index() / 32] >> (2 * (c.0 % 32))) & 3) as u8
+    }
+
+    fn set_freq(&mut self, c: CacheBlock, f: u8) {
+        let shift = 2 * (c.0 % 32);
+        let w = &mut self.freq[c.index() / 32];
+        *w = (*w & !(3 << shift)) | ((f.min(3) as u64) << shift);
+    }
+
+    /// Blocks counted against the main FIFO's share (dirty ones included).
+    fn main_occupancy(&self) -> u32 {
+        self.slots.list_len(MAIN) + self.slots.list_len(DIRTY)
+    }
+
+    /// Whether the next eviction starts in main (libCacheSim `S3FIFO_evict`).
+    fn evict_from_main(&self) -> bool {
+        self.main_occupancy() > self.main_size || self.slots.list_len(SMALL) == 0
+    }
+
+    /// Remembers `o` in the ghost FIFO, forgetting the oldest entry if full
+    /// (libCacheSim `ghost_fifo->get`: a block already there keeps its place).
+    fn ghost_add(&mut self, o: OriginBlock) {
+        if self.ghost.capacity() == 0 || self.ghost.lookup(o).is_some() {
+            return;
+        }
+        if self.ghost.is_full() {
+            let oldest = self.ghost.front(GHOST).expect("full ghost");
+            let old = self.ghost.oblock_of(oldest).expect("mapped");
+            self.ghost.remove(old);
+        }
+        self.ghost.insert(o, GHOST);
+    }
+
+    /// Evicts one block from the small FIFO, moving hot ones to main.
+    /// Returns None if the small FIFO ran empty first.
+    fn evict_small(&mut self) -> Option<OriginBlock> {
+        while let Some(c) = self.slots.front(SMALL) {
+            let o = self.slots.oblock_of(c).expect("listed slot is mapped");
+            if self.freq(c) >= MOVE_TO_MAIN_THRESHOLD {
+                self.set_freq(c, 0);
+                self.slots.move_to_back(c, MAIN);
+            } else {
+                self.slots.remove(o);
+                self.ghost_add(o);
+                return Some(o);
+            }
+        }
+        None
+    }
+
+    /// Evicts one block from the main FIFO (2-bit CLOCK). Returns None only
+    /// if main holds no clean block.
+    fn evict_main(&mut self) -> Option<OriginBlock> {
+        while let Some(c) = self.slots.front(MAIN) {
+            let f = self.freq(c);
+            if f >= 1 {
+                self.set_freq(c, f.min(3) - 1);
+                self.slots.move_to_back(c, MAIN);
+            } else {
+                let o = self.slots.oblock_of(c).expect("listed slot is mapped");
+                self.slots.remove(o);
+                return Some(o);
+            }
+        }
+        None
+    }
+
+    /// One eviction, as libCacheSim's `S3FIFO_evict` (called when full).
+    fn evict(&mut self) -> Option<OriginBlock> {
+        self.has_evicted = true;
+        if self.evict_from_main() {
+            // Main may hold only dirty blocks: then fall back to small.
+            self.evict_main().or_else(|| self.evict_small())
+        } else {
+            // Small may empty itself into main without evicting (all its
+            // blocks hot): libCacheSim then calls evict again, which finds
+            // small empty and evicts from main.
+            self.evict_small().or_else(|| self.evict_main())
+        }
+    }
+
+    /// The first block in `list` order, among the first `PEEK_SCAN`, with
+    /// the lowest `key`; stops at the first with key 0.
+    fn scan_min(&self, list: u8, key: impl Fn(u8) -> u8) -> Option<CacheBlock> {
+        let mut best: Option<(u8, CacheBlock)> = None;
+        let mut cur = self.slots.front(list);
+        for _ in 0..PEEK_SCAN {
+            let Some(c) = cur else { break };
+            let k = key(self.freq(c));
+            if best.map_or(true, |(bk, _)| k < bk) {
+                best = Some((k, c));
+                if k == 0 {
+                    break;
+                }
+            }
+            cur = self.slots.next_of(c);
+        }
+        best.map(|(_, c)| c)
+    }
+}
+
+impl Replacement for S3Fifo {
+    fn kind(&self) -> ReplacementKind {
+        ReplacementKind::S3Fifo
+    }
+    fn capacity(&self) -> u32 {
+        self.slots.capacity()
+    }
+    fn len(&self) -> u32 {
+        self.slots.len()
+    }
+    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
+        self.slots.lookup(oblock)
+    }
+    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
+        self.slots.oblock_of(cblock)
+    }
+
+    fn touch(&mut self, oblock: OriginBlock, _access: Access, _now: Time) {
+        if let Some(c) = self.slots.lookup(oblock) {
+            let f = self.freq(c);
+            self.set_freq(c, f.saturating_add(1));
+        }
+    }
+
+    fn insert(&mut self, oblock: OriginBlock, _now: Time) -> Option<Insertion> {
+        if self.slots.is_full() && self.slots.dirty_count() == self.slots.len() {
+            return None;
+        }
+        // libCacheSim looks the block up (and drops it from the ghost)
+        // before evicting.
+        let hit_on_ghost = self.ghost.remove(oblock).is_some();
+        let mut evicted = None;
+        if self.slots.is_full() {
+            evicted = Some(self.evict().expect("a clean block exists"));
+        }
+        let list = if hit_on_ghost
+            || (!self.has_evicted && self.slots.list_len(SMALL) >= self.small_size)
+        {
+            MAIN
+        } else {
+            SMALL
+        };
+        let cblock = self.slots.insert(oblock, list).expect("a slot is free");
+        self.set_freq(cblock, 0);
+        Some(Insertion { cblock, evicted })
+    }
+
+    fn restore(&mut self, oblock: OriginBlock, cblock: CacheBlock, dirty: bool, hint: u8) -> bool {
+        let list = if dirty {
+            DIRTY
+        } else if hint & 4 != 0 {
+            MAIN
+        } else {
+            SMALL
+        };
+        if !self.slots.insert_into(oblock, cblock, list) {
+            return false;
+        }
+        self.slots.set_dirty(cblock, dirty);
+        self.set_freq(cblock, hint & 3);
+        self.ghost.remove(oblock);
+        true
+    }
+
+    fn remove(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
+        self.slots.remove(oblock)
+    }
+
+    fn set_dirty(&mut self, oblock: OriginBlock, dirty: bool) {
+        if let Some(c) = self.slots.lookup(oblock) {
+            if self.slots.is_dirty(c) != dirty {
+                self.slots.set_dirty(c, dirty);
+                self.slots.move_to_back(c, if dirty { DIRTY } else { MAIN });
+            }
+        }
+    }
+
+    fn is_dirty(&self, oblock: OriginBlock) -> bool {
+        self.slots
+            .lookup(oblock)
+            .is_some_and(|c| self.slots.is_dirty(c))
+    }
+    fn dirty_len(&self) -> u32 {
+        self.slots.dirty_count()
+    }
+
+    /// Simulates the eviction loops without moving anything: in small, the
+    /// first block hit fewer than twice; in main, the first block with the
+    /// lowest frequency. Looks at most 32 blocks deep per FIFO, so the answer
+    /// is approximate when the front of a FIFO is all hot.
+    fn peek_victim(&self) -> Option<OriginBlock> {
+        if !self.slots.is_full() || self.slots.dirty_count() == self.slots.len() {
+            return None;
+        }
+        let main = || self.scan_min(MAIN, |f| f);
+        let c = if self.evict_from_main() {
+            main().or_else(|| self.slots.front(SMALL))
+        } else {
+            let cold = self.scan_min(SMALL, |f| u8::from(f >= MOVE_TO_MAIN_THRESHOLD));
+            match cold {
+                Some(c) if self.freq(c) < MOVE_TO_MAIN_THRESHOLD => Some(c),
+                // Every small block moves to main with frequency 0, behind
+                // main's own blocks: main's first unhit block goes, else the
+                // first block that came from small.
+                _ => main()
+                    .filter(|&c| self.freq(c) == 0)
+                    .or_else(|| self.slots.front(SMALL)),
+            }
+        };
+        c.and_then(|c| self.slots.oblock_of(c))
+    }
+
+    /// Bit 2: in the main FIFO; bits 0-1: frequency.
+    fn hint(&self, oblock: OriginBlock) -> u8 {
+        self.slots.lookup(oblock).map_or(0, |c| {
+            let main = self.slots.list_of(c) != SMALL;
+            (u8::from(main) << 2) | self.freq(c)
+        })
+    }
+
+    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
+        self.slots.for_each_resident(f)
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.slots.memory_bytes() + self.freq.len() * 8 + self.ghost.memory_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(p: &mut S3Fifo, o: u64) -> bool {
+        if p.lookup(OriginBlock(o)).is_some() {
+            p.touch(OriginBlock(o), Access::Read, Time(0));
+            true
+        } else {
+            p.insert(OriginBlock(o), Time(0)).unwrap();
+            false
+        }
+    }
+
+    #[test]
+    fn one_hit_wonders_leave_through_the_small_fifo() {
+        let mut p = S3Fifo::new(100); // small 10, main 90
+        for o in 0..100 {
+            get(&mut p, o);
+        }
+        // Before the first eviction, blocks past the small FIFO go to main.
+        assert_eq!(p.slots.list_len(SMALL), 10);
+        assert_eq!(p.slots.list_len(MAIN), 90);
+        // A stream of new blocks churns through small only.
+        for o in 1000..1100 {
+            get(&mut p, o);
+        }
+        for o in 10..100 {
+            assert!(p.lookup(OriginBlock(o)).is_some(), "main block {o} lost");
+        }
+        // And the evicted ones are in the ghost: a miss there enters main.
+        assert!(p.ghost.lookup(OriginBlock(1000)).is_some());
+        get(&mut p, 1000);
+        assert_eq!(p.hint(OriginBlock(1000)), 4);
+    }
+
+    #[test]
+    fn twice_hit_small_blocks_move_to_main() {
+        let mut p = S3Fifo::new(20); // small 2, main 18
+        for o in 0..20 {
+            get(&mut p, o);
+        }
+        get(&mut p, 100); // evicts small's 0 (never hit)
+        get(&mut p, 1);
+        get(&mut p, 1); // 1 hit twice
+        get(&mut p, 101); // small front is 1: moves to main; 100 evicted
+        assert!(p.lookup(OriginBlock(1)).is_some());
+        assert!(p.lookup(OriginBlock(100)).is_none());
+        assert_eq!(p.hint(OriginBlock(1)), 4);
+        assert!(p.ghost.lookup(OriginBlock(100)).is_some());
+    }
+
+    #[test]
+    fn main_is_a_two_bit_clock() {
+        let mut p = S3Fifo::new(20); // small 2, main 18
+        for o in 0..20u64 {
+            let freq = match o {
+                0 => 3,
+                1 => 0,
+                _ => 1,
+            };
+            assert!(p.restore(OriginBlock(o), CacheBlock(o as u32), false, 4 | freq));
+        }
+        // Main is over its share: the first unhit main block goes.
+        assert_eq!(p.peek_victim(), Some(OriginBlock(1)));
+        let ins = p.insert(OriginBlock(100), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(1)));
+        // Still over: one lap takes every frequency down by one, then 2 goes.
+        assert_eq!(p.peek_victim(), Some(OriginBlock(2)));
+        let ins = p.insert(OriginBlock(101), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(2)));
+        assert_eq!(p.hint(OriginBlock(0)), 4 | 1);
+        assert_eq!(p.hint(OriginBlock(3)), 4);
+        // Main is at its share now: small (100, 101) is next.
+        let ins = p.insert(OriginBlock(102), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(100)));
+        assert!(p.ghost.lookup(OriginBlock(100)).is_some());
+        assert!(
+            p.ghost.lookup(OriginBlock(1)).is_none(),
+            "main evictions leave no ghost"
+        );
+    }
+
+    #[test]
+    fn dirty_blocks_are_skipped_and_rejoin_main_when_clean() {
+        let mut p = S3Fifo::new(20);
+        for o in 0..20 {
+            get(&mut p, o);
+            p.set_dirty(OriginBlock(o), true);
+        }
+        assert_eq!(p.insert(OriginBlock(99), Time(0)), None);
+        assert_eq!(p.peek_victim(), None);
+        p.set_dirty(OriginBlock(5), false);
+        assert_eq!(p.peek_victim(), Some(OriginBlock(5)));
+        let ins = p.insert(OriginBlock(99), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(5)));
+        assert_eq!(p.dirty_len(), 19);
+    }
+
+    #[test]
+    fn peek_victim_predicts_insert() {
+        let mut p = S3Fifo::new(50);
+        let mut x = 7u64;
+        let (mut agree, mut evictions) = (0, 0);
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let o = (x >> 33) % 120;
+            if p.lookup(OriginBlock(o)).is_some() {
+                p.touch(OriginBlock(o), Access::Read, Time(0));
+            } else {
+                let peek = p.peek_victim();
+                let ins = p.insert(OriginBlock(o), Time(0)).unwrap();
+                if ins.evicted.is_some() {
+                    evictions += 1;
+                    agree += usize::from(peek == ins.evicted);
+                }
+            }
+        }
+        assert!(agree * 100 >= evictions * 99, "{agree} of {evictions}");
+    }
+}
