@@ -1,0 +1,573 @@
+//! Trace readers: streaming iterators of [`Request`]s read from block IO
+//! traces in the common public formats.
+//!
+//! Every reader works in constant memory (one line at a time; the only state
+//! that grows is the table of volume names, one entry per volume), reads
+//! gzip- or zstd-compressed input directly (detected by magic bytes, not by
+//! file name), and reports a malformed line as [`Error::Parse`] with the
+//! 1-based line number.
+//!
+//! Formats ([`TraceFormat`]):
+//! - `fio` iolog version 2 and 3 ("Trace file format" in fio's HOWTO). v2 has
+//!   no timestamps; v3 lines start with a timestamp in microseconds since the
+//!   start of the run (what fio's `write_iolog` writes and its replay
+//!   expects). File actions (`add`, `open`, `close`) and `sync`, `datasync`,
+//!   `trim`, `wait` are skipped; every file is a volume.
+//! - `blkparse` default text output. Only Q (queue) events are used by
+//!   default: they are the requests as submitted to the device, which is what
+//!   a cache stacked on that device would see. C (complete) events can be
+//!   chosen instead with [`TraceOptions::blkparse_event`]. RWBS with `D`
+//!   (discard) or without `R`/`W` (flush only) is skipped, so are the summary
+//!   lines blkparse prints at the end. Each `major,minor` is a volume.
+//! - `msr`: MSR Cambridge CSV `Timestamp,Hostname,DiskNumber,Type,Offset,Size,
+//!   ResponseTime`; Timestamp is a Windows filetime (100 ns units); offset and
+//!   size in bytes. Volume = `Hostname,DiskNumber` as written (`hm,0`).
+//! - `tencent`: Tencent CBS CSV `timestamp(s),offset(sectors),size(sectors),
+//!   ioType(0=read,1=write),volumeId`.
+//! - `alibaba`: Alibaba block trace CSV `device_id,opcode(R/W),offset(bytes),
+//!   length(bytes),timestamp(us)`.
+//! - `csv:MAPPING`: any delimited text with a column mapping such as
+//!   `time=0,offset=2,len=3,op=1,op_read=R,unit=sector,time_unit=us`; see
+//!   [`CsvMapping`].
+//!
+//! Time: [`Request::time`] is in nanoseconds relative to the first record
+//! with a timestamp (records that go back in time get 0 rather than wrap).
+//! A format without timestamps (fio v2, a CSV mapping without `time`) gets
+//! the IO counter instead: the n-th request (0-based) has `Time(n)`.
+//!
+//! Volumes: a trace can interleave several disks. By default
+//! ([`VolumeMode::Separate`]) each volume gets its own address range, the
+//! i-th volume seen starting at `i << 50` (1 PiB apart); offsets at or past
+//! 1 PiB are an error then. [`VolumeMode::Merge`] ignores volume names and
+//! [`VolumeMode::Only`] keeps one volume and drops the rest.
+
+mod blkparse;
+mod csv;
+mod fio;
+
+pub use csv::CsvMapping;
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tiercache_types::{Access, Time};
+
+/// One IO as the cache would see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Virtual time: nanoseconds since the first request, or the IO counter
+    /// for traces without timestamps.
+    pub time: Time,
+    /// Byte offset on the (possibly volume-prefixed) origin device.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    pub access: Access,
+}
+
+/// Distance between volumes in [`VolumeMode::Separate`]: 1 PiB.
+pub const VOLUME_SHIFT: u32 = 50;
+
+/// Which blkparse events to turn into requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BlkEvent {
+    /// Q: queued, as submitted by the layer above (the default).
+    #[default]
+    Queue,
+    /// C: completed (after merging and splitting in the IO scheduler).
+    Complete,
+}
+
+/// How to treat traces that interleave several volumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VolumeMode {
+    /// Each volume in its own 1 PiB address range (the default).
+    #[default]
+    Separate,
+    /// One address space; volume names are ignored.
+    Merge,
+    /// Keep only the named volume (as the format names it: `hm,0` for MSR,
+    /// `8,0` for blkparse, the file name for fio, the id for Tencent and
+    /// Alibaba).
+    Only(String),
+}
+
+/// A trace format, named on the command line as shown by `Display`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TraceFormat {
+    /// fio iolog, version 2 or 3 (the header line says which).
+    Fio,
+    Blkparse,
+    Msr,
+    Tencent,
+    Alibaba,
+    Csv(CsvMapping),
+}
+
+impl TraceFormat {
+    /// The names accepted by `FromStr`.
+    pub const NAMES: &'static str = "fio, blkparse, msr, tencent, alibaba, csv:MAPPING";
+
+    /// Whether records carry timestamps (else time is the IO counter).
+    pub fn has_time(&self) -> bool {
+        match self {
+            TraceFormat::Csv(m) => m.time.is_some(),
+            // v2 has none, v3 has; decided per file by its header.
+            TraceFormat::Fio => true,
+            _ => true,
+        }
+    }
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceFormat::Fio => f.write_str("fio"),
+            TraceFormat::Blkparse => f.write_str("blkparse"),
+            TraceFormat::Msr => f.write_str("msr"),
+            TraceFormat::Tencent => f.write_str("tencent"),
+            TraceFormat::Alibaba => f.write_str("alibaba"),
+            TraceFormat::Csv(m) => write!(f, "csv:{m}"),
+        }
+    }
+}
+
+impl FromStr for TraceFormat {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let lower = s.trim().to_ascii_lowercase();
+        Ok(match lower.as_str() {
+            "fio" | "iolog" | "fio-iolog" => TraceFormat::Fio,
+            "blkparse" | "blktrace" => TraceFormat::Blkparse,
+            "msr" | "msr-cambridge" => TraceFormat::Msr,
+            "tencent" | "tencent-cbs" | "cbs" => TraceFormat::Tencent,
+            "alibaba" | "ali" => TraceFormat::Alibaba,
+            _ => {
+                if let Some(m) = s.trim().strip_prefix("csv:") {
+                    TraceFormat::Csv(m.parse()?)
+                } else {
+                    return Err(Error::Config(format!(
+                        "unknown trace format '{s}' (expected one of: {})",
+                        TraceFormat::NAMES
+                    )));
+                }
+            }
+        })
+    }
+}
+
+/// How to open a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceOptions {
+    /// `None`: detect from the first lines.
+    pub format: Option<TraceFormat>,
+    pub blkparse_event: BlkEvent,
+    pub volumes: VolumeMode,
+}
+
+/// One parsed line before time and volume are resolved.
+pub(crate) struct Record<'a> {
+    /// Absolute time in ns, if the format has one.
+    pub time_ns: Option<u64>,
+    pub volume: Option<&'a str>,
+    pub offset: u64,
+    pub len: u64,
+    pub access: Access,
+}
+
+/// What a line parser makes of a line.
+pub(crate) enum Line<'a> {
+    Record(Record<'a>),
+    /// A line that carries no IO (comment, header, file action, flush...).
+    Skip,
+}
+
+pub(crate) enum Parser {
+    Fio(fio::FioParser),
+    Blkparse(blkparse::BlkparseParser),
+    Csv(csv::CsvParser),
+}
+
+impl Parser {
+    fn new(format: &TraceFormat, opts: &TraceOptions) -> Parser {
+        match format {
+            TraceFormat::Fio => Parser::Fio(fio::FioParser::new()),
+            TraceFormat::Blkparse => {
+                Parser::Blkparse(blkparse::BlkparseParser::new(opts.blkparse_event))
+            }
+            TraceFormat::Msr => Parser::Csv(csv::CsvParser::msr()),
+            TraceFormat::Tencent => Parser::Csv(csv::CsvParser::tencent()),
+            TraceFormat::Alibaba => Parser::Csv(csv::CsvParser::alibaba()),
+            TraceFormat::Csv(m) => Parser::Csv(csv::CsvParser::generic(m.clone())),
+        }
+    }
+
+    /// Parses one line (without its newline). Errors are messages without
+    /// location; the caller adds file and line.
+    fn parse<'a>(&mut self, line: &'a str, line_no: u64) -> Result<Line<'a>, String> {
+        match self {
+            Parser::Fio(p) => p.parse(line, line_no),
+            Parser::Blkparse(p) => p.parse(line),
+            Parser::Csv(p) => p.parse(line, line_no),
+        }
+    }
+
+    fn finish(&self) -> Result<(), String> {
+        match self {
+            Parser::Fio(p) => p.finish(),
+            Parser::Blkparse(p) => p.finish(),
+            Parser::Csv(_) => Ok(()),
+        }
+    }
+}
+
+/// Counts bytes read from the underlying (possibly compressed) file.
+struct CountingReader<R> {
+    inner: R,
+    count: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+/// How much decompressed text format detection looks at.
+const SNIFF_BYTES: usize = 64 * 1024;
+
+/// Wraps `raw` in a decompressor if its first bytes are a gzip or zstd magic
+/// number.
+pub fn decompress<'r>(raw: impl Read + Send + 'r) -> std::io::Result<Box<dyn BufRead + Send + 'r>> {
+    let mut raw = BufReader::with_capacity(256 * 1024, raw);
+    // One fill is enough for files and pipes; a reader that hands out fewer
+    // than 4 bytes at first is read as plain text.
+    let buf = raw.fill_buf()?;
+    let magic = buf[..buf.len().min(4)].to_vec();
+    if magic.starts_with(&GZIP_MAGIC) {
+        Ok(Box::new(BufReader::with_capacity(
+            256 * 1024,
+            flate2::bufread::MultiGzDecoder::new(raw),
+        )))
+    } else if magic.starts_with(&ZSTD_MAGIC) {
+        Ok(Box::new(BufReader::with_capacity(
+            256 * 1024,
+            zstd::stream::read::Decoder::with_buffer(raw)?,
+        )))
+    } else {
+        Ok(Box::new(raw))
+    }
+}
+
+/// Guesses the format from the first lines of (decompressed) text.
+/// Returns `None` when nothing fits.
+pub fn detect_format(head: &str) -> Option<TraceFormat> {
+    let lines: Vec<&str> = head
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .take(16)
+        .collect();
+    let first = *lines.first()?;
+    if first.starts_with("fio version 2 iolog") || first.starts_with("fio version 3 iolog") {
+        return Some(TraceFormat::Fio);
+    }
+    if lines.iter().any(|l| blkparse::looks_like_event(l)) {
+        return Some(TraceFormat::Blkparse);
+    }
+    // CSV formats: judge by the data lines (skip a header without digits).
+    let data: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.bytes().any(|b| b.is_ascii_digit()))
+        .take(8)
+        .collect();
+    if data.is_empty() {
+        return None;
+    }
+    let all = |f: &dyn Fn(&[&str]) -> bool| {
+        data.iter().all(|l| {
+            let fields: Vec<&str> = l.split(',').map(str::trim).collect();
+            f(&fields)
+        })
+    };
+    let is_num = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if all(&|f| {
+        f.len() == 7
+            && is_num(f[0])
+            && (f[3].eq_ignore_ascii_case("read") || f[3].eq_ignore_ascii_case("write"))
+    }) {
+        return Some(TraceFormat::Msr);
+    }
+    if all(&|f| {
+        f.len() == 5
+            && (f[1].eq_ignore_ascii_case("r") || f[1].eq_ignore_ascii_case("w"))
+            && is_num(f[2])
+            && is_num(f[3])
+    }) {
+        return Some(TraceFormat::Alibaba);
+    }
+    if all(&|f| f.len() == 5 && f[..4].iter().all(|x| is_num(x)) && (f[3] == "0" || f[3] == "1")) {
+        return Some(TraceFormat::Tencent);
+    }
+    None
+}
+
+/// A streaming trace reader. Yields requests until the end of input or the
+/// first error (after which it yields nothing).
+pub struct TraceReader {
+    input: Box<dyn BufRead + Send>,
+    parser: Parser,
+    format: TraceFormat,
+    source_name: String,
+    volumes_mode: VolumeMode,
+    volumes: HashMap<String, u64>,
+    line_no: u64,
+    buf: Vec<u8>,
+    index: u64,
+    first_time: Option<u64>,
+    done: bool,
+    raw_bytes: Arc<AtomicU64>,
+    raw_total: Option<u64>,
+}
+
+impl fmt::Debug for TraceReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraceReader")
+            .field("source", &self.source_name)
+            .field("format", &self.format)
+            .field("line", &self.line_no)
+            .finish()
+    }
+}
+
+/// Opens a trace file (or `-` for standard input).
+pub fn open_trace(path: &Path, opts: &TraceOptions) -> Result<TraceReader> {
+    let name = path.display().to_string();
+    let count = Arc::new(AtomicU64::new(0));
+    if name == "-" {
+        let raw = CountingReader {
+            inner: std::io::stdin(),
+            count: count.clone(),
+        };
+        return TraceReader::from_reader(raw, &name, opts, count, None);
+    }
+    let file = std::fs::File::open(path).map_err(|e| Error::io(&name, e))?;
+    let total = file.metadata().ok().map(|m| m.len());
+    let raw = CountingReader {
+        inner: file,
+        count: count.clone(),
+    };
+    TraceReader::from_reader(raw, &name, opts, count, total)
+}
+
+impl TraceReader {
+    /// A reader over any byte stream (compressed or not). `source_name` is
+    /// used in error messages.
+    pub fn new(
+        raw: impl Read + Send + 'static,
+        source_name: &str,
+        opts: &TraceOptions,
+    ) -> Result<Self> {
+        let count = Arc::new(AtomicU64::new(0));
+        let raw = CountingReader {
+            inner: raw,
+            count: count.clone(),
+        };
+        Self::from_reader(raw, source_name, opts, count, None)
+    }
+
+    fn from_reader(
+        raw: impl Read + Send + 'static,
+        source_name: &str,
+        opts: &TraceOptions,
+        raw_bytes: Arc<AtomicU64>,
+        raw_total: Option<u64>,
+    ) -> Result<Self> {
+        let mut text = decompress(raw).map_err(|e| Error::io(source_name, e))?;
+        // Read a prefix for detection, then put it back in front.
+        let mut head = Vec::with_capacity(SNIFF_BYTES);
+        (&mut text)
+            .take(SNIFF_BYTES as u64)
+            .read_to_end(&mut head)
+            .map_err(|e| Error::io(source_name, e))?;
+        let format = match &opts.format {
+            Some(f) => f.clone(),
+            None => {
+                let s = String::from_utf8_lossy(&head);
+                detect_format(&s).ok_or_else(|| {
+                    Error::Config(format!(
+                        "{source_name}: cannot tell the trace format from its first lines; \
+                         name it explicitly (one of: {})",
+                        TraceFormat::NAMES
+                    ))
+                })?
+            }
+        };
+        let input: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(
+            256 * 1024,
+            std::io::Cursor::new(head).chain(text),
+        ));
+        Ok(TraceReader {
+            input,
+            parser: Parser::new(&format, opts),
+            format,
+            source_name: source_name.to_string(),
+            volumes_mode: opts.volumes.clone(),
+            volumes: HashMap::new(),
+            line_no: 0,
+            buf: Vec::with_capacity(256),
+            index: 0,
+            first_time: None,
+            done: false,
+            raw_bytes,
+            raw_total,
+        })
+    }
+
+    pub fn format(&self) -> &TraceFormat {
+        &self.format
+    }
+
+    /// (bytes of the file consumed so far, file size if known): for progress.
+    pub fn progress_bytes(&self) -> (u64, Option<u64>) {
+        (self.raw_bytes.load(Ordering::Relaxed), self.raw_total)
+    }
+
+    /// The volumes seen so far and their index (offset prefix `i << 50`).
+    pub fn volumes(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self.volumes.iter().map(|(k, &i)| (k.clone(), i)).collect();
+        v.sort_by_key(|x| x.1);
+        v
+    }
+
+    fn next_request(&mut self) -> Result<Option<Request>> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .input
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| Error::io(&self.source_name, e))?;
+            if n == 0 {
+                self.parser
+                    .finish()
+                    .map_err(|m| Error::parse(&self.source_name, self.line_no, m))?;
+                return Ok(None);
+            }
+            self.line_no += 1;
+            let line_no = self.line_no;
+            let line = std::str::from_utf8(&self.buf).map_err(|_| {
+                Error::parse(&self.source_name, line_no, "line is not valid UTF-8 text")
+            })?;
+            let line = line.trim_end_matches(['\n', '\r']);
+            let rec = match self.parser.parse(line, line_no) {
+                Ok(Line::Skip) => continue,
+                Ok(Line::Record(r)) => r,
+                Err(m) => return Err(Error::parse(&self.source_name, line_no, m)),
+            };
+            let mut offset = rec.offset;
+            match (&self.volumes_mode, rec.volume) {
+                (VolumeMode::Merge, _) | (_, None) => {}
+                (VolumeMode::Only(want), Some(v)) => {
+                    if v != want {
+                        continue;
+                    }
+                }
+                (VolumeMode::Separate, Some(v)) => {
+                    let next = self.volumes.len() as u64;
+                    let idx = match self.volumes.get(v) {
+                        Some(&i) => i,
+                        None => {
+                            if next >= 1 << (64 - VOLUME_SHIFT) {
+                                return Err(Error::parse(
+                                    &self.source_name,
+                                    line_no,
+                                    "more than 16384 volumes; use VolumeMode::Merge or Only",
+                                ));
+                            }
+                            self.volumes.insert(v.to_string(), next);
+                            next
+                        }
+                    };
+                    if offset >= 1 << VOLUME_SHIFT {
+                        return Err(Error::parse(
+                            &self.source_name,
+                            line_no,
+                            format!("offset {offset} is past 1 PiB; volumes cannot be kept apart (use VolumeMode::Merge)"),
+                        ));
+                    }
+                    offset |= idx << VOLUME_SHIFT;
+                }
+            }
+            let time = match rec.time_ns {
+                Some(t) => {
+                    let first = *self.first_time.get_or_insert(t);
+                    Time(t.saturating_sub(first))
+                }
+                None => Time(self.index),
+            };
+            self.index += 1;
+            return Ok(Some(Request {
+                time,
+                offset,
+                len: rec.len,
+                access: rec.access,
+            }));
+        }
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Result<Request>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_request() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Parses an unsigned decimal integer, with a message naming the field.
+pub(crate) fn parse_u64(s: &str, what: &str) -> Result<u64, String> {
+    let t = s.trim();
+    t.parse::<u64>()
+        .map_err(|_| format!("{what} '{t}' is not an unsigned integer"))
+}
+
+/// Parses a non-negative decimal number (integer or with a fraction) and
+/// multiplies it by `scale_ns`, giving nanoseconds. Integers are exact.
+pub(crate) fn parse_time_ns(s: &str, scale_ns: u64, what: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if let Ok(v) = t.parse::<u64>() {
+        return v
+            .checked_mul(scale_ns)
+            .ok_or_else(|| format!("{what} '{t}' is too large"));
+    }
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok((v * scale_ns as f64).round() as u64),
+        _ => Err(format!("{what} '{t}' is not a non-negative number")),
+    }
+}
+
+#[cfg(test)]
+mod tests;
