@@ -74,21 +74,9 @@ pub fn all_stacks() -> Vec<(CacheMode, ReplacementKind, AdmissionKind)> {
     for &m in CacheMode::ALL {
         for &r in ReplacementKind::ALL {
             for &a in AdmissionKind::ALL {
-                if available(r, a) {
-                    v.push((m, r, a));
-                }
+                v.push((m, r, a));
             }
         }
     }
     v
-}
-
-/// TEMPORARY while the policy crate is being completed: stacks that build.
-pub fn available(r: ReplacementKind, a: AdmissionKind) -> bool {
-    let p = PolicyConfig {
-        replacement: r,
-        admission: a,
-        ..PolicyConfig::default()
-    };
-    p.build_replacement(8).is_ok() && p.build_admission(8, 4096).is_ok()
 }
