@@ -12,11 +12,13 @@
 //! slot being refilled, never data older than a completed write. See
 //! `locks.rs` and `slot_state.rs` for how.
 
+mod cleaner;
 mod error;
 mod locks;
 mod slot_state;
 mod stats;
 
+pub use cleaner::{Cleaner, CleanerConfig, RateController};
 pub use error::{EngineError, Result};
 pub use stats::EngineStats;
 
@@ -28,7 +30,7 @@ use std::sync::Arc;
 use tiercache_device::{AlignedBuf, BlockDevice};
 use tiercache_policy::director::{ReadPlan, WritePlan};
 use tiercache_policy::{Director, DirectorConfig, PolicyConfig};
-use tiercache_types::{Access, CacheBlock, CacheMode, Clock, OriginBlock, SECTOR_SIZE};
+use tiercache_types::{Access, CacheBlock, CacheMode, Clock, OriginBlock, Time, SECTOR_SIZE};
 
 /// How to build an engine.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -98,6 +100,8 @@ pub struct Engine {
     io: IoCounters,
     cache_failure: Mutex<Option<String>>,
     cache_error_limit: u64,
+    /// Time of the last client read or write, in clock nanoseconds.
+    last_client_io: std::sync::atomic::AtomicU64,
 }
 
 impl Engine {
@@ -152,7 +156,26 @@ impl Engine {
             io: IoCounters::default(),
             cache_failure: Mutex::new(None),
             cache_error_limit: config.cache_error_limit,
+            last_client_io: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The engine's clock.
+    pub fn now(&self) -> Time {
+        self.clock.now()
+    }
+
+    /// Nanoseconds since the last client read or write.
+    pub fn idle_for(&self, now: Time) -> u64 {
+        now.0.saturating_sub(
+            self.last_client_io
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    fn note_client_io(&self, now: Time) {
+        self.last_client_io
+            .store(now.0, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Size of the exported device in bytes (the backing device's size).
@@ -358,6 +381,7 @@ impl Engine {
         let blocks = self.blocks_of(offset, len);
         let _locked = self.locks.shared(blocks.clone());
         let now = self.clock.now();
+        self.note_client_io(now);
         let first = blocks.start;
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
@@ -499,6 +523,7 @@ impl Engine {
         let blocks = self.blocks_of(offset, len);
         let _locked = self.locks.exclusive(blocks.clone());
         let now = self.clock.now();
+        self.note_client_io(now);
         let first = blocks.start;
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
