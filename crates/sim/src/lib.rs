@@ -6,3 +6,5 @@ pub mod trace;
 
 pub use error::{Error, Result};
 pub use trace::{open_trace, Request, TraceFormat, TraceOptions, TraceReader};
+pub mod fiojob;
+pub mod synth;

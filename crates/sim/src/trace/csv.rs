@@ -145,10 +145,12 @@ impl FromStr for CsvMapping {
                             .map_err(|_| bad(format!("skip={v}: expected a count")))?,
                     )
                 }
-                other => return Err(bad(format!(
+                other => {
+                    return Err(bad(format!(
                     "unknown key '{other}' (expected time, offset, len, fixed_len, op, op_read, \
                          op_write, volume, unit, time_unit, sep, skip)"
-                ))),
+                )))
+                }
             }
         }
         if m.offset == usize::MAX {
