@@ -484,7 +484,7 @@ impl Server {
             let spawned = thread::Builder::new()
                 .name(format!("nbd-conn-{id}"))
                 .spawn(move || {
-                    run_connection(&inner2, stream, &peer);
+                    run_connection(&inner2, stream, &format!("nbd conn #{id} ({peer})"));
                     finish_connection(&inner2, id);
                 });
             match spawned {

@@ -54,14 +54,20 @@ pub fn start(export: Arc<dyn Export>, config: ServerConfig) -> TestServer {
     }
 }
 
-/// True if `tool` can be run; otherwise prints why the calling test is
-/// skipped.
+/// True if `tool` is an executable in PATH (or /usr/sbin, /sbin);
+/// otherwise prints why the calling test is skipped.
 pub fn have(tool: &str, test: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var("PATH").unwrap_or_default();
+    let ok = path
+        .split(':')
+        .chain(["/usr/sbin", "/sbin"])
+        .map(|d| std::path::Path::new(d).join(tool))
+        .any(|p| {
+            std::fs::metadata(&p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        });
     if !ok {
         eprintln!("SKIPPED {test}: `{tool}` is not installed (see scripts/install-deps.sh)");
     }
