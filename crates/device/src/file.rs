@@ -92,7 +92,16 @@ impl FileDevice {
 
     /// As [`FileDevice::open`], choosing how O_DIRECT is used.
     pub fn open_with(path: impl AsRef<Path>, mode: DirectIo) -> io::Result<FileDevice> {
-        let path = path.as_ref();
+        FileDevice::open_using(path.as_ref(), mode, open_rw)
+    }
+
+    /// `open_with`, opening the file through `open_rw(path, direct)` (tests
+    /// pass one that refuses O_DIRECT, as some filesystems do).
+    fn open_using(
+        path: &Path,
+        mode: DirectIo,
+        open_rw: impl Fn(&Path, bool) -> io::Result<File>,
+    ) -> io::Result<FileDevice> {
         let meta = std::fs::metadata(path).map_err(|e| path_error(path, "cannot open", e))?;
         let block_device = meta.file_type().is_block_device();
         if !block_device && !meta.file_type().is_file() {
@@ -102,7 +111,16 @@ impl FileDevice {
         let mut warning = None;
         let (file, mut direct) = match mode {
             DirectIo::Off => (open_rw(path, false)?, false),
-            DirectIo::Require => (open_rw(path, true)?, true),
+            DirectIo::Require => match open_rw(path, true) {
+                Ok(f) => (f, true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    return Err(invalid(
+                        path,
+                        "O_DIRECT is required but the filesystem does not support it",
+                    ))
+                }
+                Err(e) => return Err(e),
+            },
             DirectIo::Auto => match open_rw(path, true) {
                 Ok(f) => (f, true),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -569,6 +587,34 @@ mod tests {
             d.read_at(&mut b, 0).unwrap();
             assert_eq!(b, [2u8; 512]);
         }
+    }
+
+    #[test]
+    fn falls_back_to_buffered_io_without_o_direct() {
+        let dir = tmpdir();
+        let p = dir.path().join("nodirect");
+        FileDevice::create(&p, 8192).unwrap();
+        let refuse_direct = |path: &Path, direct: bool| {
+            if direct {
+                Err(io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                open_rw(path, false)
+            }
+        };
+        let d = FileDevice::open_using(&p, DirectIo::Auto, refuse_direct).unwrap();
+        assert!(!d.direct_io());
+        let w = d.warning().unwrap();
+        assert!(w.contains("nodirect") && w.contains("O_DIRECT"), "{w}");
+        d.write_at(&[3u8; 1024], 1024).unwrap();
+        let mut b = [0u8; 1024];
+        d.read_at(&mut b, 1024).unwrap();
+        assert_eq!(b, [3u8; 1024]);
+        let e = FileDevice::open_using(&p, DirectIo::Require, refuse_direct).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("nodirect"), "{e}");
+        // Where O_DIRECT works, Auto uses it and says nothing.
+        let d = FileDevice::open(&p).unwrap();
+        assert_eq!(d.direct_io(), d.warning().is_none());
     }
 
     #[test]

@@ -504,15 +504,28 @@ impl<D: BlockDevice> EmulatedHdd<D> {
                 }
             }
         };
+        // Frees the spindle even if `io` panics, so other callers go on.
+        let _release = Release { hdd: self, spindle };
         let result = io();
         sleep_until(deadline);
-        let mut st = spindle.state.lock();
+        result
+    }
+}
+
+/// Frees a spindle when dropped and grants it to the next queued request.
+struct Release<'a, D: BlockDevice> {
+    hdd: &'a EmulatedHdd<D>,
+    spindle: &'a Spindle,
+}
+
+impl<D: BlockDevice> Drop for Release<'_, D> {
+    fn drop(&mut self) {
+        let mut st = self.spindle.state.lock();
         st.busy = false;
         if !st.queue.is_empty() {
-            self.dispatch(&mut st);
-            spindle.cv.notify_all();
+            self.hdd.dispatch(&mut st);
+            self.spindle.cv.notify_all();
         }
-        result
     }
 }
 
@@ -751,6 +764,53 @@ mod tests {
         d.flush().unwrap();
         d.read_at(&mut b[..4096], 1 << 20).unwrap();
         assert!(b[..4096].iter().all(|&x| x == 0));
+    }
+
+    /// Panics on reads at offset 0, works elsewhere.
+    struct PanicAtZero(MemDevice);
+
+    impl BlockDevice for PanicAtZero {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            assert!(offset != 0, "inner device panics");
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.0.write_at(buf, offset)
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+            self.0.discard(offset, len)
+        }
+        fn describe(&self) -> String {
+            "panicky".into()
+        }
+    }
+
+    #[test]
+    fn a_panicking_io_frees_its_spindle() {
+        let d = Arc::new(
+            EmulatedHdd::new(
+                PanicAtZero(MemDevice::new(1 << 20)),
+                HddModel::zero_latency(),
+            )
+            .unwrap(),
+        );
+        let d2 = d.clone();
+        let r = std::thread::spawn(move || {
+            let mut b = [0u8; 512];
+            d2.read_at(&mut b, 0)
+        })
+        .join();
+        assert!(r.is_err(), "the inner read should have panicked");
+        let mut b = [0u8; 512];
+        d.read_at(&mut b, 4096).unwrap();
+        let st = d.spindles[0].state.lock();
+        assert!(!st.busy && st.queue.is_empty());
     }
 
     #[test]
