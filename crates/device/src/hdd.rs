@@ -366,8 +366,10 @@ struct Spindle {
 /// they would on the hard disk described by an [`HddModel`].
 ///
 /// The inner IO is done while the request holds its spindle, then the
-/// caller sleeps until the modelled completion time. Flush and discard pass
-/// straight through without delay.
+/// caller sleeps until the modelled completion time. Writes cost what reads
+/// cost (a drive with its volatile write cache off, as a backing disk under
+/// a write-back cache should be run). Flush and discard pass straight
+/// through without delay.
 pub struct EmulatedHdd<D> {
     inner: D,
     model: HddModel,

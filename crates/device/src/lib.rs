@@ -4,6 +4,23 @@
 //! that change how it behaves. Everything here is synchronous and
 //! thread-safe: many IOs are in flight when many threads call a device at
 //! once, which is how the engine and the NBD server use it.
+//!
+//! Devices:
+//! - [`FileDevice`]: a regular file or block device node, O_DIRECT where
+//!   possible, `pread`/`pwrite` from any number of threads.
+//! - [`MemDevice`]: RAM.
+//! - [`CrashDevice`]: RAM that can lose its unflushed writes on
+//!   [`CrashDevice::crash`], for crash tests.
+//!
+//! Decorators (each wraps any `D: BlockDevice`, including `Arc<D>`):
+//! - [`EmulatedHdd`]: seek, rotation and transfer delays of a spinning disk,
+//!   with per-spindle queues served shortest-positioning-time first.
+//! - [`FaultDevice`]: EIO on chosen ranges or at a seeded rate, changeable
+//!   at run time.
+//! - [`CountingDevice`]: counts of IOs and bytes, for write amplification.
+//!
+//! Benches: `cargo bench -p tiercache-device` runs `file_vs_fio` (FileDevice
+//! against fio on a 1 GiB file) and `hdd` (calibration of the HDD model).
 
 mod aligned;
 mod counting;
