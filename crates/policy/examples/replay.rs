@@ -38,7 +38,8 @@ fn main() {
             p.touch(o, Access::Read, now);
         } else {
             misses += 1;
-            p.insert(o, now).expect("read-only: never full of dirty blocks");
+            p.insert(o, now)
+                .expect("read-only: never full of dirty blocks");
         }
     }
     println!("{misses} {requests}");
