@@ -1,0 +1,517 @@
+//! LRU miss-ratio curves: exact (Mattson stack distances) and SHARDS
+//! (Waldspurger et al., FAST 2015) for traces too large for exact.
+//!
+//! Stack distance of a reference to block `b` = the number of distinct other
+//! blocks referenced since the previous reference to `b`. An LRU cache of
+//! `C` blocks hits exactly the references with distance `< C` (LRU is a
+//! stack algorithm), so one histogram of distances gives the miss ratio of
+//! every cache size at once.
+//!
+//! Exact method: every reference is a slot on a timeline; the slot of each
+//! block's latest reference is marked in a Fenwick tree; the distance is the
+//! number of marked slots after the block's previous slot, O(log n) per
+//! reference. The timeline is compacted (live slots renumbered in order)
+//! whenever it fills up, so the tree has about 2-4 slots per distinct block
+//! rather than one per reference: memory O(distinct blocks) and a tree that
+//! stays cache-friendly.
+//!
+//! SHARDS: a reference is sampled when `hash(block) mod P < T` (rate
+//! `R = T / P`, `P = 2^24`); distances measured in the sampled stream are
+//! scaled by `1 / R`. Fixed-rate SHARDS keeps R; its histogram gets the
+//! "SHARDS_adj" correction (the difference between the expected `R * N`
+//! and the actual number of sampled references is added to the smallest
+//! distance bucket). Fixed-size SHARDS tracks at most `s_max` blocks,
+//! lowering T to the largest tracked hash (evicting those blocks) when the
+//! set overflows, and rescales the histogram counts by `R_new / R_old`.
+
+use crate::idmap::IdMap;
+use crate::rng::mix64;
+use serde::{Deserialize, Serialize};
+use std::collections::BinaryHeap;
+
+const NONE: u32 = u32::MAX;
+
+/// Exact LRU stack distances over dense ids.
+#[derive(Clone, Debug)]
+pub struct StackDistance {
+    /// id -> slot of its latest reference (NONE: not tracked).
+    last: Vec<u32>,
+    /// slot -> id (NONE: not live).
+    owner: Vec<u32>,
+    /// Fenwick tree over slots, 1-based internally.
+    tree: Vec<u32>,
+    next_slot: u32,
+    live: u32,
+}
+
+impl Default for StackDistance {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StackDistance {
+    pub fn new() -> Self {
+        let cap = 1024;
+        StackDistance {
+            last: Vec::new(),
+            owner: vec![NONE; cap],
+            tree: vec![0; cap + 1],
+            next_slot: 0,
+            live: 0,
+        }
+    }
+
+    /// Distinct ids currently tracked.
+    pub fn live(&self) -> u32 {
+        self.live
+    }
+
+    #[inline]
+    fn add(&mut self, slot: u32, delta: i32) {
+        let n = self.tree.len();
+        let mut i = slot as usize + 1;
+        while i < n {
+            self.tree[i] = self.tree[i].wrapping_add(delta as u32);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Marked slots in [0, slot].
+    #[inline]
+    fn prefix(&self, slot: u32) -> u32 {
+        let mut i = slot as usize + 1;
+        let mut s = 0u32;
+        while i > 0 {
+            s = s.wrapping_add(self.tree[i]);
+            i &= i - 1;
+        }
+        s
+    }
+
+    /// Renumbers live slots 0..live and resizes the timeline to hold at
+    /// least as many free slots as live ones.
+    fn compact(&mut self) {
+        let live = self.live as usize;
+        let cap = (live * 3).max(1024);
+        let mut owner = vec![NONE; cap];
+        let mut k = 0usize;
+        for &id in &self.owner[..self.next_slot as usize] {
+            if id != NONE {
+                owner[k] = id;
+                self.last[id as usize] = k as u32;
+                k += 1;
+            }
+        }
+        debug_assert_eq!(k, live);
+        // Linear-time Fenwick construction.
+        let mut tree = vec![0u32; cap + 1];
+        for t in tree.iter_mut().take(live + 1).skip(1) {
+            *t = 1;
+        }
+        for i in 1..=cap {
+            let j = i + (i & i.wrapping_neg());
+            if j <= cap {
+                tree[j] += tree[i];
+            }
+        }
+        self.owner = owner;
+        self.tree = tree;
+        self.next_slot = live as u32;
+    }
+
+    /// Records a reference to `id`. Returns `None` on the first reference
+    /// (a cold miss), else the stack distance (distinct other ids referenced
+    /// since the previous reference to `id`).
+    #[inline]
+    pub fn access(&mut self, id: u32) -> Option<u64> {
+        if self.next_slot as usize == self.owner.len() {
+            self.compact();
+        }
+        let idx = id as usize;
+        if idx >= self.last.len() {
+            self.last.resize((idx + 1).max(self.last.len() * 2), NONE);
+        }
+        let prev = self.last[idx];
+        let t = self.next_slot;
+        self.next_slot += 1;
+        let dist = if prev == NONE {
+            self.live += 1;
+            None
+        } else {
+            let d = self.live - self.prefix(prev);
+            self.add(prev, -1);
+            self.owner[prev as usize] = NONE;
+            Some(d as u64)
+        };
+        self.add(t, 1);
+        self.owner[t as usize] = id;
+        self.last[idx] = t;
+        dist
+    }
+
+    /// Stops tracking `id` (its next reference is a cold miss again).
+    pub fn remove(&mut self, id: u32) {
+        let idx = id as usize;
+        if idx < self.last.len() && self.last[idx] != NONE {
+            let s = self.last[idx];
+            self.add(s, -1);
+            self.owner[s as usize] = NONE;
+            self.last[idx] = NONE;
+            self.live -= 1;
+        }
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.last.len() * 4 + self.owner.len() * 4 + self.tree.len() * 4
+    }
+}
+
+/// How to compute the LRU miss-ratio curve.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum MrcMethod {
+    /// Every reference (memory O(distinct blocks)).
+    Exact,
+    /// Fixed-rate SHARDS with sampling rate `rate` in (0, 1].
+    Shards { rate: f64 },
+    /// Fixed-size SHARDS tracking at most `max_blocks` blocks.
+    ShardsFixedSize { max_blocks: u32 },
+}
+
+impl MrcMethod {
+    pub fn label(&self) -> String {
+        match self {
+            MrcMethod::Exact => "exact".into(),
+            MrcMethod::Shards { rate } => format!("SHARDS rate {rate}"),
+            MrcMethod::ShardsFixedSize { max_blocks } => {
+                format!("SHARDS fixed-size {max_blocks} blocks")
+            }
+        }
+    }
+}
+
+/// SHARDS' hash modulus P.
+pub const SHARDS_MODULUS: u64 = 1 << 24;
+
+/// A miss-ratio curve: a histogram of (scaled) stack distances.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Mrc {
+    pub method: MrcMethod,
+    /// The sampling rate in force at the end (1 for exact).
+    pub sample_rate: f64,
+    /// Cache blocks per histogram bucket: miss ratios are exact at
+    /// multiples of it.
+    pub bucket_blocks: u64,
+    /// References (estimated for SHARDS: sampled / rate).
+    pub references: f64,
+    /// First references (estimated for SHARDS).
+    pub cold_misses: f64,
+    /// Distance histogram: `hist[k]` counts distances in
+    /// `[k * bucket_blocks, (k + 1) * bucket_blocks)`. Weighted for SHARDS.
+    pub hist: Vec<f64>,
+    /// Blocks actually tracked (distinct sampled blocks for SHARDS).
+    pub tracked_blocks: u64,
+}
+
+impl Mrc {
+    /// Miss ratio of an LRU cache of `cache_blocks` blocks (0..=1).
+    pub fn miss_ratio(&self, cache_blocks: u64) -> f64 {
+        if self.references <= 0.0 {
+            return 0.0;
+        }
+        // Hits: distances < C. Buckets wholly below C count fully; the
+        // bucket containing C counts in proportion.
+        let g = self.bucket_blocks as f64;
+        let c = cache_blocks as f64;
+        let full = (cache_blocks / self.bucket_blocks) as usize;
+        let mut hits: f64 = self.hist.iter().take(full).sum();
+        if let Some(h) = self.hist.get(full) {
+            hits += h * ((c - full as f64 * g) / g);
+        }
+        (1.0 - hits / self.references).clamp(0.0, 1.0)
+    }
+
+    /// Largest distance bucket boundary with data: beyond it the curve is
+    /// flat at the cold-miss ratio.
+    pub fn max_distance(&self) -> u64 {
+        self.hist.len() as u64 * self.bucket_blocks
+    }
+
+    /// The curve at `points` cache sizes spread geometrically from 1 block
+    /// to just past the largest distance: `(cache_blocks, miss_ratio)`.
+    pub fn curve(&self, points: usize) -> Vec<(u64, f64)> {
+        let max = self.max_distance().max(2);
+        let mut out: Vec<(u64, f64)> = Vec::with_capacity(points + 1);
+        let points = points.max(2);
+        for i in 0..points {
+            let x = (max as f64).powf(i as f64 / (points - 1) as f64).round() as u64;
+            if out.last().is_some_and(|l| l.0 == x) {
+                continue;
+            }
+            out.push((x, self.miss_ratio(x)));
+        }
+        out
+    }
+}
+
+/// Builds an [`Mrc`] from a stream of block numbers.
+#[derive(Clone, Debug)]
+pub struct MrcBuilder {
+    method: MrcMethod,
+    ids: IdMap,
+    stack: StackDistance,
+    bucket: u64,
+    hist: Vec<f64>,
+    cold: f64,
+    references: u64,
+    sampled: u64,
+    /// Sampling threshold T (sample when hash < T) and current rate.
+    threshold: u64,
+    rate: f64,
+    /// Fixed-size: max-heap of (hash, id) of tracked blocks.
+    heap: BinaryHeap<(u64, u32)>,
+    tracked: Vec<bool>,
+    max_blocks: u32,
+    seed: u64,
+}
+
+impl MrcBuilder {
+    /// `bucket_blocks`: histogram resolution in blocks (1 = every size).
+    pub fn new(method: MrcMethod, bucket_blocks: u64) -> Self {
+        let (rate, max_blocks) = match method {
+            MrcMethod::Exact => (1.0, u32::MAX),
+            MrcMethod::Shards { rate } => (rate.clamp(1.0 / SHARDS_MODULUS as f64, 1.0), u32::MAX),
+            MrcMethod::ShardsFixedSize { max_blocks } => (1.0, max_blocks.max(1)),
+        };
+        MrcBuilder {
+            method,
+            ids: IdMap::default(),
+            stack: StackDistance::new(),
+            bucket: bucket_blocks.max(1),
+            hist: Vec::new(),
+            cold: 0.0,
+            references: 0,
+            sampled: 0,
+            threshold: (rate * SHARDS_MODULUS as f64).round() as u64,
+            rate,
+            heap: BinaryHeap::new(),
+            tracked: Vec::new(),
+            max_blocks,
+            seed: 0x5851_F42D_4C95_7F2D,
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, dist: Option<u64>, weight: f64) {
+        match dist {
+            None => self.cold += weight,
+            Some(d) => {
+                let scaled = if self.rate < 1.0 {
+                    (d as f64 / self.rate) as u64
+                } else {
+                    d
+                };
+                let k = (scaled / self.bucket) as usize;
+                if k >= self.hist.len() {
+                    self.hist.resize(k + 1, 0.0);
+                }
+                self.hist[k] += weight;
+            }
+        }
+    }
+
+    /// Feeds one block reference.
+    #[inline]
+    pub fn access(&mut self, block: u64) {
+        self.references += 1;
+        match self.method {
+            MrcMethod::Exact => {
+                let (id, _) = self.ids.get_or_insert(block);
+                let d = self.stack.access(id);
+                self.record(d, 1.0);
+            }
+            MrcMethod::Shards { .. } => {
+                let h = mix64(block ^ self.seed) & (SHARDS_MODULUS - 1);
+                if h >= self.threshold {
+                    return;
+                }
+                self.sampled += 1;
+                let (id, _) = self.ids.get_or_insert(block);
+                let d = self.stack.access(id);
+                self.record(d, 1.0);
+            }
+            MrcMethod::ShardsFixedSize { .. } => {
+                let h = mix64(block ^ self.seed) & (SHARDS_MODULUS - 1);
+                if h >= self.threshold {
+                    return;
+                }
+                self.sampled += 1;
+                let (id, _) = self.ids.get_or_insert(block);
+                let i = id as usize;
+                if i >= self.tracked.len() {
+                    self.tracked
+                        .resize((i + 1).max(self.tracked.len() * 2), false);
+                }
+                if !self.tracked[i] {
+                    self.tracked[i] = true;
+                    self.heap.push((h, id));
+                }
+                let d = self.stack.access(id);
+                self.record(d, 1.0);
+                while self.heap.len() > self.max_blocks as usize {
+                    // Lower the threshold to the largest tracked hash and
+                    // drop every block at or above it.
+                    let top = self.heap.peek().map(|x| x.0).unwrap_or(0);
+                    while self.heap.peek().is_some_and(|x| x.0 >= top) {
+                        let (_, victim) = self.heap.pop().expect("peeked");
+                        self.tracked[victim as usize] = false;
+                        self.stack.remove(victim);
+                    }
+                    let new_rate = top as f64 / SHARDS_MODULUS as f64;
+                    let scale = new_rate / self.rate;
+                    for x in &mut self.hist {
+                        *x *= scale;
+                    }
+                    self.cold *= scale;
+                    self.threshold = top;
+                    self.rate = new_rate;
+                }
+            }
+        }
+    }
+
+    /// References fed so far.
+    pub fn references(&self) -> u64 {
+        self.references
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.ids.memory_bytes()
+            + self.stack.memory_bytes()
+            + self.hist.len() * 8
+            + self.heap.len() * 16
+    }
+
+    pub fn finish(self) -> Mrc {
+        let mut hist = self.hist;
+        let n = self.references as f64;
+        let (references, cold) = match self.method {
+            MrcMethod::Exact => (n, self.cold),
+            MrcMethod::Shards { .. } => {
+                // SHARDS_adj: expected samples R*N vs actual; the difference
+                // goes to the first bucket. Then scale counts up by 1/R.
+                let expected = self.rate * n;
+                let diff = expected - self.sampled as f64;
+                if hist.is_empty() {
+                    hist.push(0.0);
+                }
+                hist[0] = (hist[0] + diff).max(0.0);
+                let up = 1.0 / self.rate;
+                for x in &mut hist {
+                    *x *= up;
+                }
+                (n, self.cold * up)
+            }
+            MrcMethod::ShardsFixedSize { .. } => {
+                // Counts are at the final rate; their total estimates R*N.
+                let up = 1.0 / self.rate;
+                for x in &mut hist {
+                    *x *= up;
+                }
+                let total = hist.iter().sum::<f64>() + self.cold * up;
+                (total, self.cold * up)
+            }
+        };
+        Mrc {
+            method: self.method,
+            sample_rate: self.rate,
+            bucket_blocks: self.bucket,
+            references,
+            cold_misses: cold,
+            hist,
+            tracked_blocks: self.ids.len() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use std::collections::VecDeque;
+
+    /// LRU miss count by brute force.
+    fn lru_misses(trace: &[u64], c: usize) -> u64 {
+        let mut q: VecDeque<u64> = VecDeque::new();
+        let mut misses = 0;
+        for &b in trace {
+            if let Some(p) = q.iter().position(|&x| x == b) {
+                q.remove(p);
+            } else {
+                misses += 1;
+                if q.len() == c {
+                    q.pop_back();
+                }
+            }
+            q.push_front(b);
+        }
+        misses
+    }
+
+    #[test]
+    fn exact_mrc_matches_brute_force_lru() {
+        let mut rng = Rng::new(3);
+        // Skewed, with enough distinct blocks to force compactions.
+        let trace: Vec<u64> = (0..30_000)
+            .map(|_| {
+                let x = rng.next_f64();
+                (x * x * x * 3000.0) as u64
+            })
+            .collect();
+        let mut b = MrcBuilder::new(MrcMethod::Exact, 1);
+        for &t in &trace {
+            b.access(t);
+        }
+        let mrc = b.finish();
+        for c in [1usize, 2, 10, 100, 500, 2999, 5000] {
+            let want = lru_misses(&trace, c) as f64 / trace.len() as f64;
+            let got = mrc.miss_ratio(c as u64);
+            assert!((want - got).abs() < 1e-12, "c={c}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn stack_distance_basics_and_remove() {
+        let mut s = StackDistance::new();
+        assert_eq!(s.access(0), None);
+        assert_eq!(s.access(1), None);
+        assert_eq!(s.access(2), None);
+        assert_eq!(s.access(0), Some(2));
+        assert_eq!(s.access(0), Some(0));
+        s.remove(1);
+        assert_eq!(s.access(2), Some(1));
+        assert_eq!(s.access(1), None);
+        assert_eq!(s.live(), 3);
+        for i in 0..5000u32 {
+            s.access(i % 7);
+        }
+        assert_eq!(s.access(3), Some(5)); // 4, 5, 6, 0, 1 since
+    }
+
+    #[test]
+    fn bucketed_histogram_is_exact_at_bucket_multiples() {
+        let mut rng = Rng::new(9);
+        let trace: Vec<u64> = (0..20_000).map(|_| rng.below(700)).collect();
+        let mut exact = MrcBuilder::new(MrcMethod::Exact, 1);
+        let mut coarse = MrcBuilder::new(MrcMethod::Exact, 50);
+        for &t in &trace {
+            exact.access(t);
+            coarse.access(t);
+        }
+        let (e, c) = (exact.finish(), coarse.finish());
+        for size in [50u64, 100, 350, 700] {
+            assert!((e.miss_ratio(size) - c.miss_ratio(size)).abs() < 1e-12);
+        }
+    }
+}
