@@ -8,7 +8,7 @@
 //! Devices:
 //! - [`FileDevice`]: a regular file or block device node, O_DIRECT where
 //!   possible, `pread`/`pwrite` from any number of threads.
-//! - [`MemDevice`]: RAM.
+//! - [`MemDevice`]: bytes in RAM.
 //! - [`CrashDevice`]: RAM that can lose its unflushed writes on
 //!   [`CrashDevice::crash`], for crash tests.
 //!
