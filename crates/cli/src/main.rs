@@ -1,1 +1,300 @@
-fn main() {}
+//! The `tiercache` command.
+
+mod control;
+mod devices;
+mod export;
+mod serve;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+use tiercache_policy::PolicyConfig;
+use tiercache_types::{parse_size, AdmissionKind, CacheMode, ReplacementKind};
+
+/// tiercache: a small fast device caching a large slow one, served as a
+/// block device over NBD.
+#[derive(Parser, Debug)]
+#[command(name = "tiercache", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve a backing device through a cache device over NBD.
+    Serve(ServeArgs),
+    /// Show a running server's statistics.
+    Stats(StatsArgs),
+    /// Write back every dirty block and flush both devices.
+    Flush(ControlArgs),
+    /// Write back everything, then stop serving; the backing device is left
+    /// whole and usable on its own.
+    Detach(ControlArgs),
+    /// Change the cache mode of a running server.
+    SetMode {
+        /// writethrough, writeback, writearound or passthrough.
+        mode: CacheMode,
+        #[command(flatten)]
+        control: ControlArgs,
+    },
+}
+
+/// Where to find a running server.
+#[derive(Args, Debug, Clone)]
+struct ControlArgs {
+    /// Name of the server (as given to `serve --name`).
+    #[arg(long, default_value = "default")]
+    name: String,
+    /// Path of the control socket (default: derived from --name).
+    #[arg(long)]
+    control: Option<PathBuf>,
+}
+
+impl ControlArgs {
+    fn path(&self) -> PathBuf {
+        self.control
+            .clone()
+            .unwrap_or_else(|| control::default_dir().join(format!("{}.ctl", self.name)))
+    }
+}
+
+#[derive(Args, Debug)]
+struct StatsArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// Print JSON.
+    #[arg(long, conflicts_with = "prometheus")]
+    json: bool,
+    /// Print Prometheus text exposition format.
+    #[arg(long)]
+    prometheus: bool,
+    /// Refresh every SECONDS until interrupted.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
+    watch: Option<f64>,
+}
+
+/// `serve` options; every one can also come from a TOML file (`--config`),
+/// flags win.
+#[derive(Args, Debug, Default)]
+struct ServeArgs {
+    /// TOML file with any of the options below (keys as the long flag
+    /// names, with underscores).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Backing (slow) device: a file or block device path; `hdd:PATH` adds
+    /// the emulated HDD latency model; `mem:SIZE` is a RAM device.
+    #[arg(long)]
+    backing: Option<String>,
+    /// Cache (fast) device, same syntax as --backing.
+    #[arg(long)]
+    cache: Option<String>,
+    /// writethrough (default), writeback, writearound or passthrough.
+    #[arg(long)]
+    mode: Option<CacheMode>,
+    /// Cache block size, 4k to 1M (default 64k).
+    #[arg(long, value_parser = parse_size_arg)]
+    block_size: Option<u64>,
+    /// Replacement policy: smq (default), lru, s3fifo, arc.
+    #[arg(long)]
+    policy: Option<ReplacementKind>,
+    /// Admission policy: hotspot (default), always, nhit.
+    #[arg(long)]
+    admission: Option<AdmissionKind>,
+    /// Sequential streams longer than this bypass the cache (default 4M; 0 disables).
+    #[arg(long, value_parser = parse_size_arg)]
+    sequential_cutoff: Option<u64>,
+    /// Dirty share the background cleaner aims for in writeback, 0..1 (default 0.1).
+    #[arg(long)]
+    writeback_target: Option<f64>,
+    /// Export name (default "default").
+    #[arg(long)]
+    name: Option<String>,
+    /// Unix socket to serve on (default: $XDG_RUNTIME_DIR/tiercache/NAME.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Serve on TCP ADDR:PORT instead of a Unix socket. Plain NBD has no
+    /// authentication: use only on a trusted network.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Control socket (default: next to the socket, NAME.ctl).
+    #[arg(long)]
+    control: Option<PathBuf>,
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+/// The same options as read from a config file.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    backing: Option<String>,
+    cache: Option<String>,
+    mode: Option<CacheMode>,
+    block_size: Option<String>,
+    policy: Option<ReplacementKind>,
+    admission: Option<AdmissionKind>,
+    sequential_cutoff: Option<String>,
+    writeback_target: Option<f64>,
+    name: Option<String>,
+    socket: Option<PathBuf>,
+    listen: Option<String>,
+    control: Option<PathBuf>,
+}
+
+/// Fully resolved `serve` settings.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub backing: String,
+    pub cache: String,
+    pub mode: CacheMode,
+    pub block_size: u32,
+    pub policy: PolicyConfig,
+    pub sequential_cutoff: u64,
+    pub writeback_target: f64,
+    pub name: String,
+    pub socket: PathBuf,
+    pub listen: Option<String>,
+    pub control: PathBuf,
+}
+
+impl ServeArgs {
+    fn resolve(self) -> Result<ServeSettings> {
+        let file: ServeFile = match &self.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                toml::from_str(&text).with_context(|| format!("in config file {}", p.display()))?
+            }
+            None => ServeFile::default(),
+        };
+        let size = |flag: Option<u64>, file: Option<String>, default: u64| -> Result<u64> {
+            match (flag, file) {
+                (Some(v), _) => Ok(v),
+                (None, Some(s)) => parse_size(&s).map_err(anyhow::Error::msg),
+                (None, None) => Ok(default),
+            }
+        };
+        let backing = self
+            .backing
+            .or(file.backing)
+            .context("no backing device: give --backing PATH")?;
+        let cache = self
+            .cache
+            .or(file.cache)
+            .context("no cache device: give --cache PATH")?;
+        let block_size = size(self.block_size, file.block_size, 64 * 1024)?;
+        if !(4096..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
+            bail!("--block-size {block_size} must be a power of two from 4k to 1M");
+        }
+        let writeback_target = self
+            .writeback_target
+            .or(file.writeback_target)
+            .unwrap_or(0.1);
+        if !(0.0..=1.0).contains(&writeback_target) {
+            bail!("--writeback-target {writeback_target} must be between 0 and 1");
+        }
+        let name = self.name.or(file.name).unwrap_or_else(|| "default".into());
+        let socket = self
+            .socket
+            .or(file.socket)
+            .unwrap_or_else(|| control::default_dir().join(format!("{name}.sock")));
+        let control = self
+            .control
+            .or(file.control)
+            .unwrap_or_else(|| socket.with_extension("ctl"));
+        Ok(ServeSettings {
+            backing,
+            cache,
+            mode: self.mode.or(file.mode).unwrap_or_default(),
+            block_size: block_size as u32,
+            policy: PolicyConfig {
+                replacement: self.policy.or(file.policy).unwrap_or(ReplacementKind::Smq),
+                admission: self
+                    .admission
+                    .or(file.admission)
+                    .unwrap_or(AdmissionKind::Hotspot),
+                ..PolicyConfig::default()
+            },
+            sequential_cutoff: size(self.sequential_cutoff, file.sequential_cutoff, 4 << 20)?,
+            writeback_target,
+            name,
+            socket,
+            listen: self.listen.or(file.listen),
+            control,
+        })
+    }
+}
+
+fn progress_bar(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} blocks ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn control_call(args: &ControlArgs, req: control::Request, what: &str) -> Result<()> {
+    let bar = progress_bar(what);
+    let reply = control::call(&args.path(), &req, |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    match reply {
+        control::Reply::Ok { message } => {
+            println!("{message}");
+            Ok(())
+        }
+        control::Reply::Error { message } => bail!("{message}"),
+        other => bail!("unexpected reply {other:?}"),
+    }
+}
+
+fn stats(a: &StatsArgs) -> Result<()> {
+    loop {
+        let reply = control::call(&a.control.path(), &control::Request::Stats, |_, _| {})?;
+        let control::Reply::Stats(s) = reply else {
+            bail!("unexpected reply {reply:?}");
+        };
+        if a.watch.is_some() && !a.json && !a.prometheus {
+            print!("\x1b[2J\x1b[H");
+        }
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else if a.prometheus {
+            print!("{}", s.to_prometheus());
+        } else {
+            println!("{s}");
+        }
+        match a.watch {
+            Some(secs) => std::thread::sleep(Duration::from_secs_f64(secs.max(0.1))),
+            None => return Ok(()),
+        }
+    }
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => args.resolve().and_then(|s| serve::run(&s)),
+        Command::Stats(a) => stats(&a),
+        Command::Flush(c) => control_call(&c, control::Request::Flush, "flushing"),
+        Command::Detach(c) => control_call(&c, control::Request::Detach, "detaching"),
+        Command::SetMode { mode, control } => {
+            control_call(&control, control::Request::SetMode { mode }, "set-mode")
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("tiercache: error: {e:#}");
+        std::process::exit(1);
+    }
+}

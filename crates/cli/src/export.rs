@@ -1,0 +1,50 @@
+//! The engine as an NBD export.
+
+use std::io;
+use std::sync::Arc;
+use tiercache_engine::Engine;
+use tiercache_nbd::{BlockSizes, Export};
+
+/// Serves an [`Engine`] over NBD. Flush and FUA are global to the engine,
+/// so every connection sees them (multi-conn is safe).
+pub struct EngineExport {
+    pub engine: Arc<Engine>,
+    pub rotational: bool,
+}
+
+impl Export for EngineExport {
+    fn size(&self) -> u64 {
+        self.engine.size()
+    }
+    fn block_size_constraints(&self) -> BlockSizes {
+        BlockSizes {
+            min: 512,
+            preferred: self.engine.block_size().max(4096),
+            max: 32 << 20,
+        }
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        Ok(self.engine.read(offset, buf)?)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        Ok(self.engine.write(offset, data, fua)?)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(self.engine.flush()?)
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        Ok(self.engine.trim(offset, len)?)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
+        Ok(self.engine.write_zeroes(offset, len, fua)?)
+    }
+    fn can_trim(&self) -> bool {
+        true
+    }
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+    fn is_rotational(&self) -> bool {
+        self.rotational
+    }
+}

@@ -1,0 +1,135 @@
+//! `tiercache serve`: the engine behind an NBD server, with a control
+//! socket and a background cleaner, until a signal or a detach.
+
+use crate::control::{self, ControlTarget};
+use crate::export::EngineExport;
+use crate::ServeSettings;
+use anyhow::{bail, Context, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tiercache_engine::{Cleaner, CleanerConfig, Engine, EngineConfig};
+use tiercache_nbd::{Listener, Server, ServerConfig};
+use tiercache_types::MonotonicClock;
+
+pub fn run(s: &ServeSettings) -> Result<()> {
+    let backing = crate::devices::open(&s.backing).context("backing device")?;
+    let cache = crate::devices::open(&s.cache).context("cache device")?;
+    let rotational = s.backing.starts_with("hdd:");
+    let cfg = EngineConfig {
+        mode: s.mode,
+        block_size: s.block_size,
+        sequential_cutoff: s.sequential_cutoff,
+        policy: s.policy.clone(),
+        cache_data_offset: 0,
+        max_cache_blocks: None,
+        cache_error_limit: 16,
+    };
+    let engine = Arc::new(Engine::new(
+        backing.clone(),
+        cache.clone(),
+        &cfg,
+        Arc::new(MonotonicClock::new()),
+    )?);
+    log::info!(
+        "serving {} ({} bytes) cached by {} ({} blocks of {} bytes), mode {}, policy {}",
+        backing.describe(),
+        engine.size(),
+        cache.describe(),
+        engine.capacity(),
+        engine.block_size(),
+        s.mode,
+        engine.stats().policy
+    );
+    let cleaner = Cleaner::spawn(
+        engine.clone(),
+        CleanerConfig {
+            target_dirty: s.writeback_target,
+            ..CleanerConfig::default()
+        },
+    );
+
+    let listener = match &s.listen {
+        Some(addr) => {
+            eprintln!(
+                "WARNING: serving plain NBD on TCP {addr}: no authentication and no encryption. \
+                 Anyone who can reach this address can read and overwrite the device."
+            );
+            Listener::bind_tcp(addr.as_str()).with_context(|| format!("listening on {addr}"))?
+        }
+        None => {
+            if let Some(dir) = s.socket.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            Listener::bind_unix(&s.socket)
+                .with_context(|| format!("binding {}", s.socket.display()))?
+        }
+    };
+    let nbd = Server::single(
+        &s.name,
+        Arc::new(EngineExport {
+            engine: engine.clone(),
+            rotational,
+        }),
+        ServerConfig::default(),
+    )?;
+    let running = nbd.spawn(listener)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let detached = Arc::new(AtomicBool::new(false));
+    let ctl = control::bind(&s.control)?;
+    let stop2 = stop.clone();
+    control::serve(
+        ctl,
+        Arc::new(ControlTarget {
+            engine: engine.clone(),
+            detached: detached.clone(),
+            on_detach: Box::new(move || stop2.store(true, Ordering::SeqCst)),
+        }),
+    );
+    match &s.listen {
+        Some(addr) => println!("tiercache: serving nbd://{addr}/{}", s.name),
+        None => println!(
+            "tiercache: serving nbd+unix:///{}?socket={}  (control: {})",
+            s.name,
+            s.socket.display(),
+            s.control.display()
+        ),
+    }
+
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    log::info!("stopping: finishing in-flight requests");
+    running.shutdown().context("stopping the NBD server")?;
+    cleaner.stop();
+    // The cache's contents do not survive a restart yet, so dirty data is
+    // written back before the process exits.
+    if engine.dirty_blocks() > 0 {
+        log::info!(
+            "writing back {} dirty blocks before exit",
+            engine.dirty_blocks()
+        );
+        engine
+            .drain(|_, _| {})
+            .context("writing back dirty blocks")?;
+    }
+    engine.flush().context("final flush")?;
+    let _ = std::fs::remove_file(&s.control);
+    if detached.load(Ordering::SeqCst) {
+        if engine.dirty_blocks() != 0 {
+            bail!(
+                "detach incomplete: {} dirty blocks remain",
+                engine.dirty_blocks()
+            );
+        }
+        println!("tiercache: detached; the backing device is whole and can be used on its own");
+    } else {
+        println!("tiercache: stopped");
+    }
+    Ok(())
+}
