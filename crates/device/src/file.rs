@@ -18,9 +18,9 @@ const BLKGETSIZE64: u64 = (2 << 30) | (8 << 16) | (0x12 << 8) | 114;
 /// `_IO(0x12, 119)`: discard a byte range of a block device.
 const BLKDISCARD: u64 = (0x12 << 8) | 119;
 
-/// Bounce buffers up to this size are kept per thread; larger ones are
-/// allocated per call.
-const MAX_CACHED_BOUNCE: usize = 4 << 20;
+/// Bounce buffers up to this size (the largest cache block) are kept per
+/// thread; larger ones are allocated per call.
+const MAX_CACHED_BOUNCE: usize = 1 << 20;
 
 /// Chunk size of the zero-writing fallback of `discard`.
 const ZERO_CHUNK: usize = 1 << 20;
@@ -191,7 +191,7 @@ impl FileDevice {
                 format!("size {size} bytes is not a multiple of 512 bytes"),
             ));
         }
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if let Ok(meta) = std::fs::metadata(path) {
             if !meta.file_type().is_file() {
                 return Err(invalid(path, "exists and is not a regular file"));
             }
@@ -464,6 +464,24 @@ mod tests {
     }
 
     #[test]
+    fn discard_fallback_writes_zeros() {
+        let dir = tmpdir();
+        let d = FileDevice::create(dir.path().join("z"), 3 << 20).unwrap();
+        let ones = AlignedBuf::from_slice(&vec![1u8; 3 << 20]);
+        d.write_at(&ones, 0).unwrap();
+        // Larger than one zero chunk, not a multiple of it.
+        d.write_zeros(512, (2 << 20) + 1024).unwrap();
+        let mut back = AlignedBuf::new(3 << 20);
+        d.read_at(&mut back, 0).unwrap();
+        let end = 512 + (2 << 20) + 1024;
+        assert!(back[..512].iter().all(|&b| b == 1));
+        assert!(back[512..end].iter().all(|&b| b == 0));
+        assert!(back[end..].iter().all(|&b| b == 1));
+        assert!(unsupported(&io::Error::from_raw_os_error(libc::EOPNOTSUPP)));
+        assert!(!unsupported(&io::Error::from_raw_os_error(libc::EIO)));
+    }
+
+    #[test]
     fn unaligned_buffers_bounce() {
         let dir = tmpdir();
         let d = FileDevice::create(dir.path().join("x"), 64 << 10).unwrap();
@@ -509,7 +527,17 @@ mod tests {
 
     #[test]
     fn permission_denied_names_the_path() {
-        // Root ignores file modes, so only check when the check can fail.
+        let e = path_error(
+            Path::new("/x/ro.img"),
+            "cannot open",
+            io::Error::from_raw_os_error(libc::EACCES),
+        );
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            e.to_string(),
+            "/x/ro.img: cannot open: permission denied (read and write access is needed)"
+        );
+        // Root ignores file modes, so try a real file only as another user.
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             return;
