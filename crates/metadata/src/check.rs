@@ -1,0 +1,425 @@
+//! Offline consistency check and repair.
+
+use crate::codec::{decode_journal_block, unpack, Superblock, META_BLOCK};
+use crate::error::{MetadataError, Result};
+use crate::layout::SNAPSHOT_ENTRIES_PER_BLOCK;
+use crate::read::{
+    check_features, choose_superblock, entries_in_block, find_conflicts, read_blocks,
+    read_snapshot, read_superblocks, replay_journal, CHUNK_BLOCKS,
+};
+use crate::store::MetadataStore;
+use std::fmt;
+use std::sync::Arc;
+use tiercache_device::BlockDevice;
+
+/// How bad a problem is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Expected after a crash; `open` handles it.
+    Info,
+    /// Damage `open` tolerates, or that may hide lost work.
+    Warning,
+    /// `open` refuses the device, or data may be lost.
+    Error,
+}
+
+/// One finding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    /// The metadata block (4 KiB units) concerned, if one is.
+    pub block: Option<u64>,
+    pub message: String,
+}
+
+/// What `check` or `repair` found (and did).
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub problems: Vec<Problem>,
+    /// The superblock used, if one was valid.
+    pub superblock: Option<Superblock>,
+    /// Mapped slots and dirty slots in the recovered mapping (after repair,
+    /// in the repaired one).
+    pub entries: u64,
+    pub dirty_entries: u64,
+    pub journal_blocks_replayed: u64,
+    /// What repair changed (empty for `check`).
+    pub actions: Vec<String>,
+}
+
+impl Report {
+    /// No warnings or errors (informational findings are allowed).
+    pub fn is_clean(&self) -> bool {
+        self.problems.iter().all(|p| p.severity == Severity::Info)
+    }
+
+    /// The worst severity found.
+    pub fn worst(&self) -> Option<Severity> {
+        self.problems.iter().map(|p| p.severity).max()
+    }
+
+    fn push(&mut self, severity: Severity, block: Option<u64>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            severity,
+            block,
+            message: message.into(),
+        });
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.superblock {
+            Some(sb) => writeln!(
+                f,
+                "cache: {} slots of {} bytes, mode {}, generation {}, snapshot {} ({:?}), {} mapped ({} dirty), {} journal blocks replayed",
+                sb.layout.capacity,
+                sb.layout.block_size,
+                sb.mode,
+                sb.generation,
+                sb.snapshot_seq,
+                sb.active,
+                self.entries,
+                self.dirty_entries,
+                self.journal_blocks_replayed
+            )?,
+            None => writeln!(f, "cache: no valid superblock")?,
+        }
+        if self.problems.is_empty() {
+            writeln!(f, "no problems found")?;
+        }
+        for p in &self.problems {
+            match p.block {
+                Some(b) => writeln!(f, "{:?}: block {b}: {}", p.severity, p.message)?,
+                None => writeln!(f, "{:?}: {}", p.severity, p.message)?,
+            }
+        }
+        for a in &self.actions {
+            writeln!(f, "repaired: {a}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything a lenient read of the device recovered.
+struct Scan {
+    report: Report,
+    sb: Superblock,
+    map: Vec<u64>,
+    /// Per slot: sequence of the commit that last set it (0: the snapshot).
+    updated: Vec<u64>,
+    /// Highest journal sequence seen anywhere in the ring (for a new epoch).
+    max_seq: u64,
+}
+
+fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
+    let device = dev.describe();
+    let mut report = Report::default();
+    let copies = read_superblocks(dev)?;
+    let (sb, block, warnings) = choose_superblock(&device, &copies)?;
+    for w in warnings {
+        report.push(Severity::Warning, Some(1 - block), w);
+    }
+    check_features(&device, &sb, writing)?;
+    report.superblock = Some(sb.clone());
+    let l = sb.layout;
+    if dev.size() < l.required_device_size() {
+        report.push(
+            Severity::Error,
+            Some(block),
+            format!(
+                "the device has {} bytes but the layout needs {}",
+                dev.size(),
+                l.required_device_size()
+            ),
+        );
+        return Err(MetadataError::corrupt(
+            "cache device smaller than its layout",
+            block,
+        ));
+    }
+    if sb.clean_shutdown {
+        report.push(Severity::Info, None, "last shutdown was clean");
+    } else {
+        report.push(
+            Severity::Info,
+            None,
+            "last shutdown was not clean (or the cache is in use)",
+        );
+    }
+
+    let mut bad_blocks = Vec::new();
+    let mut map = read_snapshot(
+        dev,
+        &sb,
+        Some(&mut |block, index, why| bad_blocks.push((block, index, why))),
+    )?;
+    if !bad_blocks.is_empty() {
+        // Slots of unreadable snapshot blocks are lost unless the journal
+        // sets them again. Say what the previous snapshot had there.
+        let mut older = sb.clone();
+        older.active = sb.active.other();
+        older.snapshot_seq = sb.snapshot_seq.wrapping_sub(1);
+        let prev = read_snapshot(dev, &older, Some(&mut |_, _, _| {})).ok();
+        for (block, index, why) in bad_blocks {
+            let first = index as usize * SNAPSHOT_ENTRIES_PER_BLOCK;
+            let count = entries_in_block(l.capacity, index);
+            let prev_dirty = prev.as_ref().map(|p| {
+                p[first..first + count]
+                    .iter()
+                    .filter(|&&w| matches!(unpack(w), Ok(Some(e)) if e.dirty))
+                    .count()
+            });
+            report.push(
+                Severity::Error,
+                Some(block),
+                format!(
+                    "snapshot block {index} unreadable ({why}): slots {first}..{} are lost unless \
+                     the journal maps them again{}",
+                    first + count,
+                    match prev_dirty {
+                        Some(n) if n > 0 => format!(
+                            "; the previous snapshot had {n} dirty slots there (not trusted: they may be stale)"
+                        ),
+                        _ => String::new(),
+                    }
+                ),
+            );
+        }
+    }
+
+    let mut updated = vec![0u64; l.capacity as usize];
+    let replay = replay_journal(dev, &sb, &mut map, false, |seq, slot| {
+        updated[slot as usize] = seq;
+    })?;
+    report.journal_blocks_replayed = replay.blocks;
+    if let Some((block, why)) = &replay.corrupt {
+        report.push(
+            Severity::Error,
+            Some(*block),
+            format!("journal ends at an impossible block: {why}"),
+        );
+    }
+    if replay.discarded > 0 {
+        report.push(
+            Severity::Info,
+            None,
+            format!(
+                "the last {} journal blocks form an incomplete commit (torn by a crash, never acknowledged); ignored",
+                replay.discarded
+            ),
+        );
+    }
+
+    // Journal gaps: valid blocks of this cache and epoch beyond the end of
+    // the log.
+    let mut max_seq = replay.end_seq;
+    let n = l.journal_blocks;
+    let mut buf = vec![0u8; CHUNK_BLOCKS as usize * META_BLOCK];
+    let mut beyond = Vec::new();
+    let mut pos = 0;
+    while pos < n {
+        let k = (n - pos).min(CHUNK_BLOCKS);
+        read_blocks(
+            dev,
+            l.journal_first + pos,
+            &mut buf[..k as usize * META_BLOCK],
+        )?;
+        for (i, b) in buf[..k as usize * META_BLOCK]
+            .chunks(META_BLOCK)
+            .enumerate()
+        {
+            let block = l.journal_first + pos + i as u64;
+            if let Ok(jb) = decode_journal_block(b, block) {
+                if jb.header.uuid == sb.uuid {
+                    max_seq = max_seq.max(jb.header.seq);
+                    if jb.header.seq >= replay.end_seq + replay.discarded
+                        && jb.header.seq < sb.journal_start_seq + n
+                    {
+                        beyond.push((jb.header.seq, block));
+                    }
+                }
+            }
+        }
+        pos += k;
+    }
+    if !beyond.is_empty() {
+        beyond.sort_unstable();
+        report.push(
+            Severity::Warning,
+            Some(beyond[0].1),
+            format!(
+                "journal gap: the log ends at sequence {} but {} later valid journal blocks exist \
+                 (first: sequence {}); they are a commit that was in flight at a crash, or \
+                 commits cut off by a lost journal block",
+                replay.end_seq,
+                beyond.len(),
+                beyond[0].0
+            ),
+        );
+    }
+
+    Ok(Scan {
+        report,
+        sb,
+        map,
+        updated,
+        max_seq,
+    })
+}
+
+fn count(report: &mut Report, map: &[u64]) {
+    report.entries = 0;
+    report.dirty_entries = 0;
+    for &w in map {
+        if let Ok(Some(e)) = unpack(w) {
+            report.entries += 1;
+            report.dirty_entries += u64::from(e.dirty);
+        }
+    }
+}
+
+fn conflict_problems(scan: &mut Scan) {
+    let l = scan.sb.layout;
+    let backing_blocks = scan.sb.backing.size.div_ceil(u64::from(l.block_size));
+    let c = find_conflicts(&scan.map, backing_blocks);
+    let snap_block =
+        |slot: u32| l.area_start(scan.sb.active) + u64::from(slot) / SNAPSHOT_ENTRIES_PER_BLOCK as u64;
+    for (oblock, slots) in &c.duplicates {
+        scan.report.push(
+            Severity::Error,
+            Some(snap_block(slots[0])),
+            format!("origin block {oblock} is mapped by several slots: {slots:?}"),
+        );
+    }
+    for &slot in &c.beyond {
+        scan.report.push(
+            Severity::Error,
+            Some(snap_block(slot)),
+            format!(
+                "slot {slot} maps an origin block beyond the end of the backing device ({backing_blocks} blocks)"
+            ),
+        );
+    }
+}
+
+/// Reads the whole metadata of `dev` without writing and lists every
+/// problem: damaged superblock copies, snapshot blocks with bad crcs or of
+/// the wrong snapshot, journal gaps, origin blocks mapped twice, origin
+/// blocks beyond the backing device.
+///
+/// A device that cannot be read at all (not formatted, unsupported version
+/// or features, no valid superblock, IO errors) gives a report with one
+/// `Error` problem and no superblock.
+pub fn check(dev: &dyn BlockDevice) -> Report {
+    match scan(dev, false) {
+        Ok(mut s) => {
+            conflict_problems(&mut s);
+            count(&mut s.report, &s.map);
+            s.report
+        }
+        Err(e) => {
+            let mut r = Report::default();
+            let block = match &e {
+                MetadataError::Corrupt { block, .. } => Some(*block),
+                _ => None,
+            };
+            r.push(Severity::Error, block, e.to_string());
+            r
+        }
+    }
+}
+
+/// Salvages what is consistent and rewrites a fresh snapshot and both
+/// superblock copies, so that `open` accepts the device.
+///
+/// Rules: every readable entry is kept, dirty ones above all. When several
+/// slots claim one origin block, a dirty slot wins over clean ones (the
+/// most recently committed dirty slot if several are dirty, reported as an
+/// error since the others' data is given up); clean claimants are
+/// dropped. Entries beyond the backing device are dropped (reported as
+/// errors when dirty: their data has nowhere to go). Unreadable snapshot
+/// blocks lose their slots (reported). The journal is replayed as `open`
+/// would; a new journal epoch starts past every sequence seen.
+///
+/// Refuses (returns an error) when no superblock is valid, or when the
+/// format version or feature bits are unknown.
+pub fn repair(dev: Arc<dyn BlockDevice>) -> Result<Report> {
+    let mut s = scan(&*dev, true)?;
+    conflict_problems(&mut s);
+    let l = s.sb.layout;
+    let backing_blocks = s.sb.backing.size.div_ceil(u64::from(l.block_size));
+    let c = find_conflicts(&s.map, backing_blocks);
+    let mut actions = Vec::new();
+    for &slot in &c.beyond {
+        let e = unpack(s.map[slot as usize]).ok().flatten();
+        if let Some(e) = e {
+            actions.push(format!(
+                "dropped slot {slot} (origin block {} beyond the backing device{})",
+                e.oblock,
+                if e.dirty {
+                    "; it was DIRTY: its data cannot be written anywhere"
+                } else {
+                    ""
+                }
+            ));
+        }
+        s.map[slot as usize] = 0;
+    }
+    for (oblock, slots) in &c.duplicates {
+        if *oblock >= backing_blocks {
+            continue; // already dropped above
+        }
+        let dirty: Vec<u32> = slots
+            .iter()
+            .copied()
+            .filter(|&sl| matches!(unpack(s.map[sl as usize]), Ok(Some(e)) if e.dirty))
+            .collect();
+        let keep = if dirty.is_empty() {
+            // All clean: any one is correct; keep the most recently set.
+            *slots
+                .iter()
+                .max_by_key(|&&sl| (s.updated[sl as usize], sl))
+                .expect("duplicates have two slots")
+        } else {
+            *dirty
+                .iter()
+                .max_by_key(|&&sl| (s.updated[sl as usize], sl))
+                .expect("non-empty")
+        };
+        for &sl in slots {
+            if sl != keep {
+                let was_dirty = dirty.contains(&sl);
+                if was_dirty {
+                    s.report.push(
+                        Severity::Error,
+                        None,
+                        format!(
+                            "origin block {oblock}: slots {dirty:?} are all dirty; kept slot {keep} \
+                             (most recently committed), gave up the dirty data in slot {sl}"
+                        ),
+                    );
+                }
+                actions.push(format!(
+                    "origin block {oblock}: dropped {} slot {sl}, kept slot {keep}",
+                    if was_dirty { "DIRTY" } else { "clean" }
+                ));
+                s.map[sl as usize] = 0;
+            }
+        }
+    }
+    // New snapshot and both superblock copies, journal epoch past anything
+    // seen.
+    let next = s.max_seq.max(s.sb.journal_start_seq + l.journal_blocks) + 1;
+    let store = MetadataStore::rewrite_for_repair(dev, s.sb.clone(), s.map.clone(), next)?;
+    actions.push(format!(
+        "wrote snapshot {} and superblock generations {} and {}; journal restarts at sequence {next}",
+        store.superblock().snapshot_seq,
+        store.superblock().generation - 1,
+        store.superblock().generation
+    ));
+    s.report.actions = actions;
+    s.report.superblock = Some(store.superblock().clone());
+    count(&mut s.report, &s.map);
+    Ok(s.report)
+}

@@ -1,0 +1,843 @@
+//! Encoders and decoders for the three metadata block types.
+//!
+//! Every metadata block is [`META_BLOCK`] (4 KiB) long, little-endian, and
+//! starts with the same 48-byte header:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic: `TIERCACH` (superblock), `TCSNAPSH` (snapshot), `TCJOURNL` (journal) |
+//! | 8 | 4 | crc32c of the whole block with these 4 bytes taken as zero |
+//! | 12 | 4 | reserved, 0 |
+//! | 16 | 8 | the block's own number on the device, in 4 KiB units |
+//! | 24 | 16 | cache uuid (chosen at format time) |
+//! | 40 | 8 | sequence: superblock generation, snapshot sequence or journal sequence |
+//!
+//! Decoders check, in this order, the magic, the crc, the block number and
+//! then the type's own fields; the uuid and sequence are returned for the
+//! caller to compare with what it expects. Decoders never panic, whatever
+//! the bytes (a property test and the fuzz targets check this).
+
+use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
+use tiercache_types::{CacheMode, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+
+/// Size of every metadata block, in bytes.
+pub const META_BLOCK: usize = 4096;
+/// Length of the common header.
+pub const HEADER_LEN: usize = 48;
+/// Offset of the payload of snapshot and journal blocks.
+pub const PAYLOAD_AT: usize = 64;
+
+pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"TIERCACH";
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TCSNAPSH";
+pub const JOURNAL_MAGIC: [u8; 8] = *b"TCJOURNL";
+
+/// The on-disk format version this crate reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Feature bits this version understands (none yet). A superblock with an
+/// unknown `incompat` bit is refused; with an unknown `ro_compat` bit it is
+/// refused for writing (and this crate always writes when opening); unknown
+/// `compat` bits are ignored and preserved.
+pub const KNOWN_COMPAT: u64 = 0;
+pub const KNOWN_RO_COMPAT: u64 = 0;
+pub const KNOWN_INCOMPAT: u64 = 0;
+
+/// Journal records per journal block: `(4096 - 64) / 12`.
+pub const JOURNAL_RECORDS_PER_BLOCK: usize = (META_BLOCK - PAYLOAD_AT) / 12;
+
+/// Largest origin block number an entry can hold (48 bits).
+pub const MAX_OBLOCK: u64 = (1 << 48) - 1;
+/// Largest hint an entry can hold (6 bits); larger hints saturate.
+pub const MAX_HINT: u8 = 63;
+
+const VALID_BIT: u64 = 1 << 48;
+const DIRTY_BIT: u64 = 1 << 49;
+const HINT_SHIFT: u32 = 50;
+
+/// Journal block flag: this block is the last one of its commit.
+pub const JOURNAL_FLAG_LAST: u32 = 1;
+
+const SB_FLAG_CLEAN: u8 = 1;
+const SB_FLAG_DETACHED: u8 = 2;
+/// Lengths of the fixed-size string fields of the superblock.
+pub const POLICY_LEN: usize = 32;
+pub const PATH_HINT_LEN: usize = 256;
+
+/// One cache slot's mapping: which origin block it holds and whether the
+/// cache copy is newer than the origin (dirty).
+///
+/// `oblock` and `dirty` are authoritative; `hint` is the replacement
+/// policy's advisory value (`Replacement::hint` in tiercache-policy),
+/// saturated to 6 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Entry {
+    pub oblock: u64,
+    pub dirty: bool,
+    pub hint: u8,
+}
+
+impl Entry {
+    /// Packs into the on-disk 8-byte form: origin block in bits 0..48,
+    /// valid bit 48, dirty bit 49, hint in bits 50..56, bits 56..64 zero.
+    /// `oblock` above [`MAX_OBLOCK`] is the caller's bug (checked by
+    /// `MetadataStore::record`); here it is masked.
+    pub fn pack(self) -> u64 {
+        (self.oblock & MAX_OBLOCK)
+            | VALID_BIT
+            | if self.dirty { DIRTY_BIT } else { 0 }
+            | (u64::from(self.hint.min(MAX_HINT)) << HINT_SHIFT)
+    }
+}
+
+/// Packs an optional entry; `None` (a free slot) is all zeros.
+pub fn pack(entry: Option<Entry>) -> u64 {
+    entry.map_or(0, Entry::pack)
+}
+
+/// Unpacks an 8-byte entry. A free slot must be all zeros; the spare bits
+/// 56..64 of a valid entry are ignored (reserved for compat features).
+pub fn unpack(word: u64) -> Result<Option<Entry>, DecodeError> {
+    if word & VALID_BIT == 0 {
+        if word != 0 {
+            return Err(DecodeError::Invalid(format!(
+                "free entry with stray bits {word:#018x}"
+            )));
+        }
+        return Ok(None);
+    }
+    Ok(Some(Entry {
+        oblock: word & MAX_OBLOCK,
+        dirty: word & DIRTY_BIT != 0,
+        hint: ((word >> HINT_SHIFT) & 0x3f) as u8,
+    }))
+}
+
+/// Why a block did not decode.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("buffer is {0} bytes, not a 4096-byte metadata block")]
+    WrongLength(usize),
+    #[error("wrong magic {found:?} (expected {expected:?})")]
+    WrongMagic { expected: String, found: String },
+    #[error("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    BadCrc { stored: u32, computed: u32 },
+    #[error("block says it is block {found}, but was read from block {expected} (misplaced write)")]
+    WrongBlockNumber { expected: u64, found: u64 },
+    #[error("unsupported format version {found} (this build reads version {FORMAT_VERSION})")]
+    UnsupportedVersion { found: u32 },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The common header of every block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub block: u64,
+    pub uuid: [u8; 16],
+    pub seq: u64,
+}
+
+fn rd_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn rd_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn wr_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn wr_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// crc32c of a block with its crc field (bytes 8..12) taken as zero.
+pub fn block_crc(block: &[u8]) -> u32 {
+    let c = crc32c::crc32c(&block[..8]);
+    let c = crc32c::crc32c_append(c, &[0u8; 4]);
+    crc32c::crc32c_append(c, &block[12..])
+}
+
+/// Stores the crc of `block` in its crc field. Used by every encoder (and
+/// by tests and fuzz targets that edit a block and want it to stay valid).
+pub fn seal(block: &mut [u8]) {
+    let c = block_crc(block);
+    wr_u32(block, 8, c);
+}
+
+fn write_header(b: &mut [u8], magic: &[u8; 8], h: &Header) {
+    b[..8].copy_from_slice(magic);
+    wr_u32(b, 8, 0);
+    wr_u32(b, 12, 0);
+    wr_u64(b, 16, h.block);
+    b[24..40].copy_from_slice(&h.uuid);
+    wr_u64(b, 40, h.seq);
+}
+
+/// Checks length, magic, crc and block number; returns the header.
+pub fn check_header(b: &[u8], magic: &[u8; 8], block: u64) -> Result<Header, DecodeError> {
+    if b.len() != META_BLOCK {
+        return Err(DecodeError::WrongLength(b.len()));
+    }
+    if &b[..8] != magic {
+        return Err(DecodeError::WrongMagic {
+            expected: String::from_utf8_lossy(magic).into_owned(),
+            found: String::from_utf8_lossy(&b[..8]).into_owned(),
+        });
+    }
+    let stored = rd_u32(b, 8);
+    let computed = block_crc(b);
+    if stored != computed {
+        return Err(DecodeError::BadCrc { stored, computed });
+    }
+    let found = rd_u64(b, 16);
+    if found != block {
+        return Err(DecodeError::WrongBlockNumber {
+            expected: block,
+            found,
+        });
+    }
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&b[24..40]);
+    Ok(Header {
+        block,
+        uuid,
+        seq: rd_u64(b, 40),
+    })
+}
+
+/// Which of the two snapshot areas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Area {
+    A,
+    B,
+}
+
+impl Area {
+    pub fn other(self) -> Area {
+        match self {
+            Area::A => Area::B,
+            Area::B => Area::A,
+        }
+    }
+}
+
+/// What the backing device looked like, to recognise it again.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct BackingIdentity {
+    /// Size in bytes.
+    pub size: u64,
+    /// Where it was found last time (advisory: paths change; at most 256
+    /// bytes are stored).
+    pub path_hint: String,
+    /// crc32c of the first and last 64 KiB ([`crate::fingerprint`]), taken
+    /// at the last clean shutdown; `None` if unknown.
+    pub fingerprint: Option<u32>,
+}
+
+/// The decoded superblock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    /// Increases by one with every superblock write; written to block
+    /// `generation % 2`.
+    pub generation: u64,
+    pub uuid: [u8; 16],
+    pub version: u32,
+    pub compat: u64,
+    pub ro_compat: u64,
+    pub incompat: u64,
+    pub mode: CacheMode,
+    /// Set by a clean shutdown, cleared (durably) by the next open.
+    pub clean_shutdown: bool,
+    /// The cache was detached from its backing device (all clean).
+    pub detached: bool,
+    /// The replacement policy's name (for hints), at most 32 bytes.
+    pub policy: String,
+    pub layout: Layout,
+    pub backing: BackingIdentity,
+    /// Which area holds the authoritative snapshot, and its sequence.
+    pub active: Area,
+    pub snapshot_seq: u64,
+    /// Sequence of the first journal block that follows the snapshot;
+    /// it lives at journal position `journal_start_seq % journal_blocks`.
+    pub journal_start_seq: u64,
+}
+
+fn mode_code(m: CacheMode) -> u8 {
+    match m {
+        CacheMode::WriteThrough => 0,
+        CacheMode::WriteBack => 1,
+        CacheMode::WriteAround => 2,
+        CacheMode::PassThrough => 3,
+    }
+}
+
+fn mode_from(code: u8) -> Option<CacheMode> {
+    Some(match code {
+        0 => CacheMode::WriteThrough,
+        1 => CacheMode::WriteBack,
+        2 => CacheMode::WriteAround,
+        3 => CacheMode::PassThrough,
+        _ => return None,
+    })
+}
+
+/// Copies `s` into a zero-padded field, cut at a char boundary.
+fn put_str(field: &mut [u8], s: &str) {
+    let mut n = s.len().min(field.len());
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    field.fill(0);
+    field[..n].copy_from_slice(&s.as_bytes()[..n]);
+}
+
+fn get_str(field: &[u8]) -> String {
+    let end = field.iter().position(|&c| c == 0).unwrap_or(field.len());
+    String::from_utf8_lossy(&field[..end]).into_owned()
+}
+
+/// Truncates a string the way the superblock stores it.
+pub fn stored_str(s: &str, len: usize) -> String {
+    let mut f = vec![0u8; len];
+    put_str(&mut f, s);
+    get_str(&f)
+}
+
+// Superblock field offsets (after the 48-byte header).
+const SB_VERSION: usize = 48;
+const SB_META_BLOCK: usize = 52;
+const SB_COMPAT: usize = 56;
+const SB_RO_COMPAT: usize = 64;
+const SB_INCOMPAT: usize = 72;
+const SB_BLOCK_SIZE: usize = 80;
+const SB_MODE: usize = 84;
+const SB_FLAGS: usize = 85;
+const SB_ACTIVE: usize = 86;
+const SB_CAPACITY: usize = 88;
+const SB_DATA_OFFSET: usize = 96;
+const SB_SNAP_A: usize = 104;
+const SB_SNAP_B: usize = 112;
+const SB_SNAP_BLOCKS: usize = 120;
+const SB_JOURNAL: usize = 128;
+const SB_JOURNAL_BLOCKS: usize = 136;
+const SB_SNAP_SEQ: usize = 144;
+const SB_JOURNAL_SEQ: usize = 152;
+const SB_JOURNAL_POS: usize = 160;
+const SB_BACKING_SIZE: usize = 168;
+const SB_FINGERPRINT: usize = 176;
+const SB_FINGERPRINT_VALID: usize = 180;
+const SB_POLICY: usize = 184;
+const SB_PATH: usize = SB_POLICY + POLICY_LEN;
+/// End of the used part of the superblock; the rest is zero.
+pub const SB_END: usize = SB_PATH + PATH_HINT_LEN;
+
+/// Encodes `sb` as the block it is written to (`generation % 2`).
+pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
+    let mut b = vec![0u8; META_BLOCK];
+    let l = &sb.layout;
+    write_header(
+        &mut b,
+        &SUPERBLOCK_MAGIC,
+        &Header {
+            block: sb.generation % 2,
+            uuid: sb.uuid,
+            seq: sb.generation,
+        },
+    );
+    wr_u32(&mut b, SB_VERSION, sb.version);
+    wr_u32(&mut b, SB_META_BLOCK, META_BLOCK as u32);
+    wr_u64(&mut b, SB_COMPAT, sb.compat);
+    wr_u64(&mut b, SB_RO_COMPAT, sb.ro_compat);
+    wr_u64(&mut b, SB_INCOMPAT, sb.incompat);
+    wr_u32(&mut b, SB_BLOCK_SIZE, l.block_size);
+    b[SB_MODE] = mode_code(sb.mode);
+    b[SB_FLAGS] = if sb.clean_shutdown { SB_FLAG_CLEAN } else { 0 }
+        | if sb.detached { SB_FLAG_DETACHED } else { 0 };
+    b[SB_ACTIVE] = match sb.active {
+        Area::A => 0,
+        Area::B => 1,
+    };
+    wr_u64(&mut b, SB_CAPACITY, u64::from(l.capacity));
+    wr_u64(&mut b, SB_DATA_OFFSET, l.data_offset);
+    wr_u64(&mut b, SB_SNAP_A, l.snapshot_a);
+    wr_u64(&mut b, SB_SNAP_B, l.snapshot_b);
+    wr_u64(&mut b, SB_SNAP_BLOCKS, l.snapshot_blocks);
+    wr_u64(&mut b, SB_JOURNAL, l.journal_first);
+    wr_u64(&mut b, SB_JOURNAL_BLOCKS, l.journal_blocks);
+    wr_u64(&mut b, SB_SNAP_SEQ, sb.snapshot_seq);
+    wr_u64(&mut b, SB_JOURNAL_SEQ, sb.journal_start_seq);
+    wr_u64(
+        &mut b,
+        SB_JOURNAL_POS,
+        sb.journal_start_seq % l.journal_blocks.max(1),
+    );
+    wr_u64(&mut b, SB_BACKING_SIZE, sb.backing.size);
+    wr_u32(&mut b, SB_FINGERPRINT, sb.backing.fingerprint.unwrap_or(0));
+    wr_u32(
+        &mut b,
+        SB_FINGERPRINT_VALID,
+        u32::from(sb.backing.fingerprint.is_some()),
+    );
+    put_str(&mut b[SB_POLICY..SB_POLICY + POLICY_LEN], &sb.policy);
+    put_str(&mut b[SB_PATH..SB_PATH + PATH_HINT_LEN], &sb.backing.path_hint);
+    seal(&mut b);
+    b
+}
+
+/// Decodes the superblock copy read from block `block` (0 or 1).
+///
+/// Checks the header, the version, and that the layout is self-consistent
+/// (regions in order, inside the metadata area, sizes matching the
+/// capacity). Feature bits are returned as found; the caller decides.
+pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError> {
+    let h = check_header(b, &SUPERBLOCK_MAGIC, block)?;
+    let version = rd_u32(b, SB_VERSION);
+    if version != FORMAT_VERSION {
+        return Err(DecodeError::UnsupportedVersion { found: version });
+    }
+    if h.seq % 2 != block {
+        return Err(DecodeError::Invalid(format!(
+            "superblock generation {} belongs in block {}, found in block {block}",
+            h.seq,
+            h.seq % 2
+        )));
+    }
+    let inv = |m: String| Err(DecodeError::Invalid(m));
+    if rd_u32(b, SB_META_BLOCK) != META_BLOCK as u32 {
+        return inv(format!(
+            "metadata block size {} (expected {META_BLOCK})",
+            rd_u32(b, SB_META_BLOCK)
+        ));
+    }
+    let Some(mode) = mode_from(b[SB_MODE]) else {
+        return inv(format!("unknown cache mode code {}", b[SB_MODE]));
+    };
+    let flags = b[SB_FLAGS];
+    if flags & !(SB_FLAG_CLEAN | SB_FLAG_DETACHED) != 0 {
+        return inv(format!("unknown superblock flags {flags:#04x}"));
+    }
+    let active = match b[SB_ACTIVE] {
+        0 => Area::A,
+        1 => Area::B,
+        x => return inv(format!("active snapshot area {x} (expected 0 or 1)")),
+    };
+    let capacity = rd_u64(b, SB_CAPACITY);
+    if capacity == 0 || capacity >= u64::from(u32::MAX) {
+        return inv(format!("capacity {capacity} blocks out of range"));
+    }
+    let layout = Layout {
+        block_size: rd_u32(b, SB_BLOCK_SIZE),
+        capacity: capacity as u32,
+        snapshot_a: rd_u64(b, SB_SNAP_A),
+        snapshot_b: rd_u64(b, SB_SNAP_B),
+        snapshot_blocks: rd_u64(b, SB_SNAP_BLOCKS),
+        journal_first: rd_u64(b, SB_JOURNAL),
+        journal_blocks: rd_u64(b, SB_JOURNAL_BLOCKS),
+        data_offset: rd_u64(b, SB_DATA_OFFSET),
+    };
+    layout.validate().map_err(DecodeError::Invalid)?;
+    let journal_start_seq = rd_u64(b, SB_JOURNAL_SEQ);
+    let pos = rd_u64(b, SB_JOURNAL_POS);
+    if pos != journal_start_seq % layout.journal_blocks {
+        return inv(format!(
+            "journal start position {pos} does not match sequence {journal_start_seq}"
+        ));
+    }
+    let fingerprint = match rd_u32(b, SB_FINGERPRINT_VALID) {
+        0 => None,
+        1 => Some(rd_u32(b, SB_FINGERPRINT)),
+        x => return inv(format!("fingerprint-valid field {x} (expected 0 or 1)")),
+    };
+    Ok(Superblock {
+        generation: h.seq,
+        uuid: h.uuid,
+        version,
+        compat: rd_u64(b, SB_COMPAT),
+        ro_compat: rd_u64(b, SB_RO_COMPAT),
+        incompat: rd_u64(b, SB_INCOMPAT),
+        mode,
+        clean_shutdown: flags & SB_FLAG_CLEAN != 0,
+        detached: flags & SB_FLAG_DETACHED != 0,
+        policy: get_str(&b[SB_POLICY..SB_POLICY + POLICY_LEN]),
+        layout,
+        backing: BackingIdentity {
+            size: rd_u64(b, SB_BACKING_SIZE),
+            path_hint: get_str(&b[SB_PATH..SB_PATH + PATH_HINT_LEN]),
+            fingerprint,
+        },
+        active,
+        snapshot_seq: rd_u64(b, SB_SNAP_SEQ),
+        journal_start_seq,
+    })
+}
+
+/// A decoded snapshot block: entries `index * 504 ..` of the mapping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotBlock {
+    pub header: Header,
+    /// Position of this block within its area.
+    pub index: u32,
+    /// Packed entries (see [`Entry::pack`]), at most 504.
+    pub entries: Vec<u64>,
+}
+
+/// Encodes snapshot block `index` of snapshot `seq`, stored at device block
+/// `block`. `entries` holds at most [`SNAPSHOT_ENTRIES_PER_BLOCK`] packed
+/// entries.
+pub fn encode_snapshot_block(
+    uuid: [u8; 16],
+    seq: u64,
+    block: u64,
+    index: u32,
+    entries: &[u64],
+    out: &mut [u8],
+) {
+    assert!(entries.len() <= SNAPSHOT_ENTRIES_PER_BLOCK && out.len() == META_BLOCK);
+    out.fill(0);
+    write_header(out, &SNAPSHOT_MAGIC, &Header { block, uuid, seq });
+    wr_u32(out, 48, index);
+    wr_u32(out, 52, entries.len() as u32);
+    for (i, e) in entries.iter().enumerate() {
+        wr_u64(out, PAYLOAD_AT + 8 * i, *e);
+    }
+    seal(out);
+}
+
+/// Decodes a snapshot block read from device block `block`. Checks that
+/// every entry unpacks; the caller checks uuid, sequence, index and count.
+pub fn decode_snapshot_block(b: &[u8], block: u64) -> Result<SnapshotBlock, DecodeError> {
+    let header = check_header(b, &SNAPSHOT_MAGIC, block)?;
+    let index = rd_u32(b, 48);
+    let count = rd_u32(b, 52) as usize;
+    if count > SNAPSHOT_ENTRIES_PER_BLOCK {
+        return Err(DecodeError::Invalid(format!(
+            "snapshot block holds {count} entries (at most {SNAPSHOT_ENTRIES_PER_BLOCK})"
+        )));
+    }
+    let mut entries = Vec::with_capacity(count);
+    for i in 0..count {
+        let w = rd_u64(b, PAYLOAD_AT + 8 * i);
+        unpack(w)?;
+        entries.push(w);
+    }
+    Ok(SnapshotBlock {
+        header,
+        index,
+        entries,
+    })
+}
+
+/// One journal record: slot `slot` now holds the packed entry `entry`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub slot: u32,
+    pub entry: u64,
+}
+
+/// A decoded journal block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalBlock {
+    /// `header.seq` is the journal sequence number.
+    pub header: Header,
+    /// Sequence of the first block of the commit this block belongs to.
+    pub commit_start: u64,
+    /// The last block of its commit.
+    pub last: bool,
+    pub records: Vec<Record>,
+}
+
+/// Encodes a journal block. `records` holds 1 to
+/// [`JOURNAL_RECORDS_PER_BLOCK`] records.
+pub fn encode_journal_block(jb: &JournalBlock, out: &mut [u8]) {
+    assert!(
+        !jb.records.is_empty()
+            && jb.records.len() <= JOURNAL_RECORDS_PER_BLOCK
+            && out.len() == META_BLOCK
+    );
+    out.fill(0);
+    write_header(out, &JOURNAL_MAGIC, &jb.header);
+    wr_u64(out, 48, jb.commit_start);
+    wr_u32(out, 56, jb.records.len() as u32);
+    wr_u32(out, 60, if jb.last { JOURNAL_FLAG_LAST } else { 0 });
+    for (i, r) in jb.records.iter().enumerate() {
+        let at = PAYLOAD_AT + 12 * i;
+        wr_u32(out, at, r.slot);
+        wr_u64(out, at + 4, r.entry);
+    }
+    seal(out);
+}
+
+/// Decodes a journal block read from device block `block`. Checks that
+/// the commit start is not after the block's own sequence and every
+/// record's entry unpacks; the caller checks uuid, sequence and slots.
+pub fn decode_journal_block(b: &[u8], block: u64) -> Result<JournalBlock, DecodeError> {
+    let header = check_header(b, &JOURNAL_MAGIC, block)?;
+    let commit_start = rd_u64(b, 48);
+    let count = rd_u32(b, 56) as usize;
+    let flags = rd_u32(b, 60);
+    if count == 0 || count > JOURNAL_RECORDS_PER_BLOCK {
+        return Err(DecodeError::Invalid(format!(
+            "journal block holds {count} records (1 to {JOURNAL_RECORDS_PER_BLOCK})"
+        )));
+    }
+    if flags & !JOURNAL_FLAG_LAST != 0 {
+        return Err(DecodeError::Invalid(format!(
+            "unknown journal flags {flags:#x}"
+        )));
+    }
+    if commit_start > header.seq {
+        return Err(DecodeError::Invalid(format!(
+            "commit start {commit_start} after the block's own sequence {}",
+            header.seq
+        )));
+    }
+    let mut records = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = PAYLOAD_AT + 12 * i;
+        let r = Record {
+            slot: rd_u32(b, at),
+            entry: rd_u64(b, at + 4),
+        };
+        unpack(r.entry)?;
+        records.push(r);
+    }
+    Ok(JournalBlock {
+        header,
+        commit_start,
+        last: flags & JOURNAL_FLAG_LAST != 0,
+        records,
+    })
+}
+
+/// Whether a block size is one tiercache supports.
+pub fn valid_block_size(bs: u32) -> bool {
+    bs.is_power_of_two() && (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_sb() -> Superblock {
+        Superblock {
+            generation: 7,
+            uuid: [9; 16],
+            version: FORMAT_VERSION,
+            compat: 0,
+            ro_compat: 0,
+            incompat: 0,
+            mode: CacheMode::WriteBack,
+            clean_shutdown: true,
+            detached: false,
+            policy: "smq+hotspot".into(),
+            layout: Layout::compute(64 << 20, 4096, None).unwrap(),
+            backing: BackingIdentity {
+                size: 1 << 30,
+                path_hint: "/dev/sdb".into(),
+                fingerprint: Some(0xdead_beef),
+            },
+            active: Area::B,
+            snapshot_seq: 3,
+            journal_start_seq: 12345,
+        }
+    }
+
+    #[test]
+    fn entry_round_trip_and_layout() {
+        let e = Entry {
+            oblock: MAX_OBLOCK,
+            dirty: true,
+            hint: 63,
+        };
+        assert_eq!(unpack(e.pack()).unwrap(), Some(e));
+        assert_eq!(unpack(0).unwrap(), None);
+        assert_eq!(pack(None), 0);
+        let e = Entry {
+            oblock: 5,
+            dirty: false,
+            hint: 200,
+        };
+        assert_eq!(e.pack(), 5 | (1 << 48) | (63 << 50));
+        assert_eq!(unpack(e.pack()).unwrap().unwrap().hint, 63);
+        assert!(unpack(1).is_err(), "free entry with stray bits");
+        // Spare bits are ignored.
+        assert_eq!(
+            unpack(e.pack() | (0xff << 56)).unwrap(),
+            unpack(e.pack()).unwrap()
+        );
+    }
+
+    #[test]
+    fn superblock_round_trip() {
+        let sb = sample_sb();
+        let b = encode_superblock(&sb);
+        assert_eq!(decode_superblock(&b, 1).unwrap(), sb);
+        let mut sb2 = sb.clone();
+        sb2.generation = 8;
+        sb2.backing.fingerprint = None;
+        sb2.active = Area::A;
+        sb2.mode = CacheMode::PassThrough;
+        sb2.detached = true;
+        sb2.clean_shutdown = false;
+        assert_eq!(decode_superblock(&encode_superblock(&sb2), 0).unwrap(), sb2);
+    }
+
+    #[test]
+    fn superblock_rejects_corruption() {
+        let sb = sample_sb();
+        let b = encode_superblock(&sb);
+        // Any flipped bit is caught by the crc.
+        for at in [0usize, 9, 20, 100, 300, 4095] {
+            let mut c = b.clone();
+            c[at] ^= 0x10;
+            assert!(decode_superblock(&c, 1).is_err(), "flip at {at}");
+        }
+        let mut c = b.clone();
+        c[200] ^= 1;
+        assert!(matches!(
+            decode_superblock(&c, 1),
+            Err(DecodeError::BadCrc { .. })
+        ));
+        // Read from the wrong place.
+        assert!(matches!(
+            decode_superblock(&b, 0),
+            Err(DecodeError::WrongBlockNumber {
+                expected: 0,
+                found: 1
+            })
+        ));
+        // Wrong magic, wrong length, a future version.
+        assert!(matches!(
+            decode_superblock(&vec![0u8; META_BLOCK], 1),
+            Err(DecodeError::WrongMagic { .. })
+        ));
+        assert!(matches!(
+            decode_superblock(&b[..100], 1),
+            Err(DecodeError::WrongLength(100))
+        ));
+        let mut c = b.clone();
+        wr_u32(&mut c, SB_VERSION, 2);
+        seal(&mut c);
+        assert_eq!(
+            decode_superblock(&c, 1),
+            Err(DecodeError::UnsupportedVersion { found: 2 })
+        );
+        // A sealed but inconsistent layout.
+        let mut c = b.clone();
+        wr_u64(&mut c, SB_SNAP_B, 3);
+        seal(&mut c);
+        assert!(matches!(
+            decode_superblock(&c, 1),
+            Err(DecodeError::Invalid(_))
+        ));
+        let mut c = b;
+        c[SB_MODE] = 9;
+        seal(&mut c);
+        assert!(matches!(
+            decode_superblock(&c, 1),
+            Err(DecodeError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn long_strings_are_cut_at_char_boundaries() {
+        let mut sb = sample_sb();
+        sb.backing.path_hint = "é".repeat(200);
+        sb.policy = "x".repeat(40);
+        let d = decode_superblock(&encode_superblock(&sb), 1).unwrap();
+        assert_eq!(d.backing.path_hint, "é".repeat(128));
+        assert_eq!(d.policy, "x".repeat(32));
+        assert_eq!(stored_str(&sb.policy, POLICY_LEN), d.policy);
+    }
+
+    #[test]
+    fn snapshot_block_round_trip_and_errors() {
+        let entries: Vec<u64> = (0..SNAPSHOT_ENTRIES_PER_BLOCK as u64)
+            .map(|i| {
+                pack((i % 3 != 0).then_some(Entry {
+                    oblock: i * 7,
+                    dirty: i % 2 == 0,
+                    hint: (i % 64) as u8,
+                }))
+            })
+            .collect();
+        let mut b = vec![0u8; META_BLOCK];
+        encode_snapshot_block([1; 16], 42, 17, 3, &entries, &mut b);
+        let d = decode_snapshot_block(&b, 17).unwrap();
+        assert_eq!(d.header.seq, 42);
+        assert_eq!(d.header.uuid, [1; 16]);
+        assert_eq!(d.index, 3);
+        assert_eq!(d.entries, entries);
+        assert!(matches!(
+            decode_snapshot_block(&b, 18),
+            Err(DecodeError::WrongBlockNumber { .. })
+        ));
+        let mut c = b.clone();
+        c[PAYLOAD_AT + 5] ^= 4;
+        assert!(matches!(
+            decode_snapshot_block(&c, 17),
+            Err(DecodeError::BadCrc { .. })
+        ));
+        // A journal block is not a snapshot block.
+        assert!(matches!(
+            decode_journal_block(&b, 17),
+            Err(DecodeError::WrongMagic { .. })
+        ));
+        let mut c = b.clone();
+        wr_u32(&mut c, 52, 600);
+        seal(&mut c);
+        assert!(decode_snapshot_block(&c, 17).is_err());
+        // Short block.
+        encode_snapshot_block([1; 16], 1, 2, 0, &entries[..3], &mut b);
+        assert_eq!(decode_snapshot_block(&b, 2).unwrap().entries, &entries[..3]);
+    }
+
+    #[test]
+    fn journal_block_round_trip_and_errors() {
+        let jb = JournalBlock {
+            header: Header {
+                block: 99,
+                uuid: [3; 16],
+                seq: 1000,
+            },
+            commit_start: 998,
+            last: true,
+            records: (0..JOURNAL_RECORDS_PER_BLOCK as u32)
+                .map(|i| Record {
+                    slot: i * 3,
+                    entry: pack((i % 2 == 0).then_some(Entry {
+                        oblock: u64::from(i) << 20,
+                        dirty: true,
+                        hint: 1,
+                    })),
+                })
+                .collect(),
+        };
+        let mut b = vec![0u8; META_BLOCK];
+        encode_journal_block(&jb, &mut b);
+        assert_eq!(decode_journal_block(&b, 99).unwrap(), jb);
+        assert!(matches!(
+            decode_journal_block(&b, 98),
+            Err(DecodeError::WrongBlockNumber { .. })
+        ));
+        let mut c = b.clone();
+        c[4000] ^= 0x80;
+        assert!(matches!(
+            decode_journal_block(&c, 99),
+            Err(DecodeError::BadCrc { .. })
+        ));
+        let mut c = b.clone();
+        wr_u64(&mut c, 48, 1001);
+        seal(&mut c);
+        assert!(decode_journal_block(&c, 99).is_err());
+        let mut c = b.clone();
+        wr_u32(&mut c, 56, 0);
+        seal(&mut c);
+        assert!(decode_journal_block(&c, 99).is_err());
+        let mut one = jb.clone();
+        one.records.truncate(1);
+        one.last = false;
+        encode_journal_block(&one, &mut b);
+        assert_eq!(decode_journal_block(&b, 99).unwrap(), one);
+    }
+}
