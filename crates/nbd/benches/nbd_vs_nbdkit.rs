@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p tiercache-nbd --bench nbd_vs_nbdkit`
 //! Environment: NBD_BENCH_RUNTIME (seconds per run, default 10),
-//! NBD_BENCH_ROUNDS (runs per server, best kept, default 1),
+//! NBD_BENCH_ROUNDS (interleaved runs per server, best kept, default 3),
 //! NBD_BENCH_WORKERS (our workers per connection, default from config).
 
 use std::path::{Path, PathBuf};
@@ -31,8 +31,45 @@ fn env_num(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Runs fio against `sock` and returns read IOPS.
-fn fio(sock: &Path, runtime: u64) -> f64 {
+/// CPU time (user + system) consumed so far by process `pid`, in seconds,
+/// from /proc/PID/stat (fields 14 and 15, in clock ticks).
+fn cpu_seconds(pid: u32, tick: f64) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (num(11) + num(12)) / tick
+}
+
+fn clock_tick() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// One measurement: read IOPS and server CPU microseconds per I/O.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    iops: f64,
+    cpu_us_per_io: f64,
+}
+
+/// Runs fio against `sock` while watching the CPU time of `server_pid`.
+fn measure(sock: &Path, runtime: u64, server_pid: u32, tick: f64) -> Sample {
+    let c0 = cpu_seconds(server_pid, tick);
+    let (iops, ios) = fio(sock, runtime);
+    let c1 = cpu_seconds(server_pid, tick);
+    Sample {
+        iops,
+        cpu_us_per_io: (c1 - c0) * 1e6 / ios.max(1.0),
+    }
+}
+
+/// Runs fio against `sock` and returns (read IOPS, total read I/Os).
+fn fio(sock: &Path, runtime: u64) -> (f64, f64) {
     let out = Command::new("fio")
         .args([
             "--name=bench",
@@ -59,7 +96,11 @@ fn fio(sock: &Path, runtime: u64) -> f64 {
     );
     let json = &text[text.find('{').expect("fio JSON")..];
     let v: serde_json::Value = serde_json::from_str(json).expect("fio JSON");
-    v["jobs"][0]["read"]["iops"].as_f64().expect("read iops")
+    let r = &v["jobs"][0]["read"];
+    (
+        r["iops"].as_f64().expect("read iops"),
+        r["total_ios"].as_f64().expect("read total_ios"),
+    )
 }
 
 /// Starts nbdkit in the foreground on `sock`; returns once it is ready.
@@ -83,10 +124,6 @@ fn nbdkit(sock: &Path, pidfile: &Path, plugin_args: &[&str]) -> Child {
     c
 }
 
-fn best_of(rounds: u64, mut f: impl FnMut() -> f64) -> f64 {
-    (0..rounds.max(1)).map(|_| f()).fold(0.0, f64::max)
-}
-
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` passes nothing
     // useful either: only run when invoked as a benchmark.
@@ -101,7 +138,7 @@ fn main() {
         }
     }
     let runtime = env_num("NBD_BENCH_RUNTIME", 10);
-    let rounds = env_num("NBD_BENCH_ROUNDS", 1);
+    let rounds = env_num("NBD_BENCH_ROUNDS", 3);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
 
@@ -131,33 +168,52 @@ fn main() {
         &["file", &file_arg, "cache=none"],
     );
 
-    let ours = best_of(rounds, || fio(&ours_sock, runtime));
-    let kit_mem = best_of(rounds, || fio(&mem_sock, runtime));
-    let kit_file = best_of(rounds, || fio(&file_sock, runtime));
-
-    println!("{:<34} {:>12} {:>14}", "server", "read IOPS", "ours / this");
+    // Rounds are interleaved so that background load hits every server
+    // alike; the best round of each is kept (least disturbed).
+    let tick = clock_tick();
+    let targets = [
+        (
+            "tiercache-nbd MemExport 1G",
+            ours_sock.as_path(),
+            std::process::id(),
+        ),
+        ("nbdkit memory 1G", mem_sock.as_path(), mem.id()),
+        ("nbdkit file cache=none", file_sock.as_path(), filekit.id()),
+    ];
+    let mut best = [Sample::default(); 3];
+    for round in 0..rounds.max(1) {
+        for (i, (name, sock, pid)) in targets.iter().enumerate() {
+            let s = measure(sock, runtime, *pid, tick);
+            println!(
+                "  round {round}: {name:<30} {:>9.0} IOPS {:>7.1} server-CPU-us/IO",
+                s.iops, s.cpu_us_per_io
+            );
+            if s.iops > best[i].iops {
+                best[i] = s;
+            }
+        }
+    }
+    let ours = best[0];
     println!(
-        "{:<34} {:>12.0} {:>14}",
-        "tiercache-nbd MemExport 1G", ours, "1.00"
+        "{:<32} {:>10} {:>12} {:>16} {:>16}",
+        "server (best round)", "read IOPS", "ours/this", "CPU us/IO", "CPU ours/this"
     );
-    println!(
-        "{:<34} {:>12.0} {:>14.2}",
-        "nbdkit memory 1G",
-        kit_mem,
-        ours / kit_mem
-    );
-    println!(
-        "{:<34} {:>12.0} {:>14.2}",
-        "nbdkit file cache=none",
-        kit_file,
-        ours / kit_file
-    );
-    let verdict = if ours >= 0.8 * kit_mem {
+    for (i, (name, _, _)) in targets.iter().enumerate() {
+        println!(
+            "{:<32} {:>10.0} {:>12.2} {:>16.1} {:>16.2}",
+            name,
+            best[i].iops,
+            ours.iops / best[i].iops,
+            best[i].cpu_us_per_io,
+            ours.cpu_us_per_io / best[i].cpu_us_per_io
+        );
+    }
+    let verdict = if ours.iops >= 0.8 * best[1].iops {
         "MET"
     } else {
         "NOT MET"
     };
-    println!("target (ours >= 80% of nbdkit memory): {verdict}");
+    println!("target (ours >= 80% of nbdkit memory IOPS): {verdict}");
 
     let _ = mem.kill();
     let _ = filekit.kill();
