@@ -1,0 +1,467 @@
+//! End to end: the real `tiercache` binary served over NBD to real clients
+//! (nbdinfo, fio, qemu-img, nbdcopy, nbdfuse + loop + ext4). Each test
+//! skips with a printed reason only when a tool is missing (`make test`
+//! installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn have(tool: &str, test: &str) -> bool {
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("SKIPPED {test}: {tool} is not installed (run `make deps`)");
+    }
+    ok
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn tiercache() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tiercache"))
+}
+
+/// A `tiercache serve` child process over file devices in a temp dir.
+struct Served {
+    dir: PathBuf,
+    child: Option<Child>,
+    args: Vec<String>,
+}
+
+impl Served {
+    fn start(dir: &Path, args: &[&str]) -> Served {
+        let mut s = Served {
+            dir: dir.to_path_buf(),
+            child: None,
+            args: args.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("nbd.sock")
+    }
+    fn control(&self) -> PathBuf {
+        self.dir.join("nbd.ctl")
+    }
+    fn uri(&self) -> String {
+        format!("nbd+unix:///default?socket={}", self.socket().display())
+    }
+
+    fn spawn(&mut self) {
+        let _ = std::fs::remove_file(self.control());
+        let log = std::fs::File::create(self.dir.join("serve.log")).unwrap();
+        let child = tiercache()
+            .arg("serve")
+            .arg("--backing")
+            .arg(self.dir.join("backing.img"))
+            .arg("--cache")
+            .arg(self.dir.join("cache.img"))
+            .arg("--socket")
+            .arg(self.socket())
+            .args(&self.args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let start = Instant::now();
+        while !self.control().exists() {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("serve exited with {st}: {}", self.log());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "serve did not start: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait: a clean stop.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let st = c.wait().unwrap();
+            assert!(st.success(), "serve exited with {st}: {}", self.log());
+        }
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let out = run(tiercache()
+            .arg("stats")
+            .arg("--json")
+            .arg("--control")
+            .arg(self.control()));
+        serde_json::from_str(&out).unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn devices(dir: &Path, backing: u64, cache: u64) {
+    let b = std::fs::File::create(dir.join("backing.img")).unwrap();
+    b.set_len(backing).unwrap();
+    let c = std::fs::File::create(dir.join("cache.img")).unwrap();
+    c.set_len(cache).unwrap();
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn nbdinfo_shows_the_export_and_stats_answer() {
+    let t = "nbdinfo_shows_the_export_and_stats_answer";
+    if !have("nbdinfo", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    devices(dir.path(), 64 * MIB, 8 * MIB);
+    let s = Served::start(dir.path(), &["--block-size", "16k"]);
+    let info: serde_json::Value =
+        serde_json::from_str(&run(Command::new("nbdinfo").arg("--json").arg(s.uri()))).unwrap();
+    let ex = &info["exports"][0];
+    assert_eq!(ex["export-size"], 64 * MIB);
+    assert_eq!(ex["can_multi_conn"], true);
+    assert_eq!(ex["can_flush"], true);
+    assert_eq!(ex["can_fua"], true);
+    assert_eq!(ex["can_trim"], true);
+    assert_eq!(ex["block_size_minimum"], 512);
+    assert_eq!(ex["block_size_preferred"], 16384);
+    let st = s.stats();
+    assert_eq!(st["mode"], "writethrough");
+    assert_eq!(st["block_size"], 16384);
+    assert_eq!(st["decisions"]["capacity"], 512);
+    let prom = run(tiercache()
+        .arg("stats")
+        .arg("--prometheus")
+        .arg("--control")
+        .arg(s.control()));
+    assert!(
+        prom.contains("# TYPE tiercache_read_hits_total counter"),
+        "{prom}"
+    );
+}
+
+#[test]
+fn fio_verify_passes_in_every_mode_with_a_churning_cache() {
+    let t = "fio_verify_passes_in_every_mode_with_a_churning_cache";
+    if !have("fio", t) {
+        return;
+    }
+    for mode in ["writethrough", "writeback", "writearound", "passthrough"] {
+        let dir = tempfile::tempdir().unwrap();
+        // 2 MiB of cache for 32 MiB of data: promotions and demotions all the time.
+        devices(dir.path(), 32 * MIB, 2 * MIB);
+        let s = Served::start(
+            dir.path(),
+            &[
+                "--mode",
+                mode,
+                "--block-size",
+                "4k",
+                "--sequential-cutoff",
+                "0",
+            ],
+        );
+        let out = run(Command::new("fio")
+            .arg("--output-format=json")
+            .args(["--ioengine=nbd", &format!("--uri={}", s.uri())])
+            .args([
+                "--bs=4k",
+                "--iodepth=8",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+            ])
+            .args([
+                "--name=writers",
+                "--rw=randwrite",
+                "--size=12M",
+                "--offset_increment=12M",
+                "--numjobs=2",
+            ])
+            .args([
+                "--name=readers",
+                "--rw=randread",
+                "--size=24M",
+                "--verify=0",
+                "--numjobs=1",
+                "--io_size=8M",
+            ]));
+        let v: serde_json::Value = serde_json::from_str(&out[out.find('{').unwrap()..]).unwrap();
+        for job in v["jobs"].as_array().unwrap() {
+            assert_eq!(job["error"], 0, "{mode}: job {} failed", job["jobname"]);
+        }
+        let st = s.stats();
+        let d = &st["decisions"];
+        if mode == "passthrough" {
+            assert_eq!(d["promotions"], 0, "{mode}");
+        } else {
+            assert!(d["promotions"].as_u64().unwrap() > 0, "{mode}: {d}");
+            assert!(
+                d["demotions"].as_u64().unwrap() > 0,
+                "{mode}: the cache churned: {d}"
+            );
+        }
+        assert_eq!(st["cache_state"], "ok");
+    }
+}
+
+#[test]
+fn qemu_img_round_trip_and_detach_leaves_backing_whole() {
+    let t = "qemu_img_round_trip_and_detach_leaves_backing_whole";
+    if !have("qemu-img", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    devices(dir.path(), 16 * MIB, 4 * MIB);
+    let src = dir.path().join("src.img");
+    let data = pattern(7, (16 * MIB) as usize);
+    std::fs::write(&src, &data).unwrap();
+    let mut s = Served::start(
+        dir.path(),
+        &["--mode", "writeback", "--sequential-cutoff", "0"],
+    );
+    run(Command::new("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&src)
+        .arg(s.uri()));
+    run(Command::new("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&src)
+        .arg(s.uri()));
+    assert!(
+        s.stats()["decisions"]["dirty"].as_u64().unwrap() > 0,
+        "writeback kept dirty data"
+    );
+    let out = run(tiercache().arg("detach").arg("--control").arg(s.control()));
+    assert!(out.contains("detached"), "{out}");
+    let st = s.child.take().unwrap().wait().unwrap();
+    assert!(st.success(), "{}", s.log());
+    assert!(
+        std::fs::read(dir.path().join("backing.img")).unwrap() == data,
+        "backing device whole after detach"
+    );
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let out = tiercache()
+        .args([
+            "serve",
+            "--backing",
+            "/nonexistent/b.img",
+            "--cache",
+            "mem:16M",
+            "--socket",
+            "/tmp/x.sock",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/b.img"), "{err}");
+    let out = tiercache()
+        .args([
+            "serve",
+            "--backing",
+            "mem:1M",
+            "--cache",
+            "mem:1M",
+            "--block-size",
+            "3k",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("block-size"));
+    let out = tiercache()
+        .args(["stats", "--control", "/nonexistent/c.ctl"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach a tiercache server"));
+}
+
+/// Undoes the mounts of the ext4 test even if it fails half-way.
+#[derive(Default)]
+struct Mounts {
+    fs: Option<PathBuf>,
+    loop_dev: Option<String>,
+    fuse: Option<PathBuf>,
+    child: Option<Child>,
+}
+
+impl Mounts {
+    fn release(&mut self) {
+        if let Some(m) = self.fs.take() {
+            let _ = Command::new("umount").arg(&m).status();
+        }
+        if let Some(l) = self.loop_dev.take() {
+            let _ = Command::new("losetup").args(["-d", &l]).status();
+        }
+        if let Some(m) = self.fuse.take() {
+            let _ = Command::new("fusermount3").arg("-u").arg(&m).status();
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// nbdfuse exposes the export as a file; a loop device makes it a block
+/// device. Returns None (after printing why) when this machine cannot.
+fn attach(s: &Served, mnt: &Path, m: &mut Mounts, t: &str) -> Option<String> {
+    let pidfile = s.dir.join("nbdfuse.pid");
+    let _ = std::fs::remove_file(&pidfile);
+    let mut child = Command::new("nbdfuse")
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(mnt)
+        .arg(s.uri())
+        .spawn()
+        .unwrap();
+    while !pidfile.exists() {
+        if let Some(st) = child.try_wait().unwrap() {
+            eprintln!("SKIPPED {t}: nbdfuse exited with {st}");
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    m.child = Some(child);
+    m.fuse = Some(mnt.to_path_buf());
+    let out = Command::new("losetup")
+        .arg("-f")
+        .arg("--show")
+        .arg(mnt.join("nbd"))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED {t}: losetup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    m.loop_dev = Some(dev.clone());
+    Some(dev)
+}
+
+#[test]
+fn ext4_on_the_cache_survives_a_server_restart() {
+    let t = "ext4_on_the_cache_survives_a_server_restart";
+    for tool in [
+        "nbdfuse",
+        "losetup",
+        "mkfs.ext4",
+        "e2fsck",
+        "fusermount3",
+        "mount",
+    ] {
+        if !have(tool, t) {
+            return;
+        }
+    }
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED {t}: /dev/fuse is missing");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    devices(dir.path(), 128 * MIB, 16 * MIB);
+    let (mnt, fs) = (dir.path().join("mnt"), dir.path().join("fs"));
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::create_dir(&fs).unwrap();
+    let mut s = Served::start(dir.path(), &["--mode", "writeback", "--block-size", "16k"]);
+    let mut m = Mounts::default();
+    let Some(dev) = attach(&s, &mnt, &mut m, t) else {
+        return;
+    };
+    run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
+    let st = Command::new("mount").arg(&dev).arg(&fs).output().unwrap();
+    if !st.status.success() {
+        eprintln!(
+            "SKIPPED {t}: mount failed: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        return;
+    }
+    m.fs = Some(fs.clone());
+    let mut files = Vec::new();
+    for d in 0..4 {
+        std::fs::create_dir(fs.join(format!("d{d}"))).unwrap();
+        for f in 0..6 {
+            let name = format!("d{d}/f{f}");
+            let data = pattern((d * 10 + f) as u64, 10_000 + 97_531 * f);
+            std::fs::write(fs.join(&name), &data).unwrap();
+            files.push((name, data));
+        }
+    }
+    run(Command::new("umount").arg(&fs));
+    m.fs = None;
+    run(Command::new("e2fsck").args(["-fn", &dev]));
+    m.release();
+    s.stop();
+
+    s.spawn();
+    let Some(dev) = attach(&s, &mnt, &mut m, t) else {
+        return;
+    };
+    run(Command::new("e2fsck").args(["-fn", &dev]));
+    run(Command::new("mount").args(["-o", "ro"]).arg(&dev).arg(&fs));
+    m.fs = Some(fs.clone());
+    for (name, data) in &files {
+        assert!(
+            std::fs::read(fs.join(name)).unwrap() == *data,
+            "{name} differs after restart"
+        );
+    }
+    m.release();
+    s.stop();
+}
