@@ -1,0 +1,101 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::io;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use tiercache_device::{BlockDevice, CrashDevice, MemDevice};
+use tiercache_metadata::{BackingIdentity, Entry, FormatParams, Mapping};
+use tiercache_types::CacheMode;
+
+pub const BS: u32 = 4096;
+/// Backing device: 2000 blocks.
+pub const BACKING_BLOCKS: u64 = 2000;
+
+pub fn backing() -> BackingIdentity {
+    BackingIdentity {
+        size: BACKING_BLOCKS * u64::from(BS),
+        path_hint: "/dev/test-backing".into(),
+        fingerprint: Some(0x1234_5678),
+    }
+}
+
+pub fn params(journal_blocks: u64) -> FormatParams {
+    FormatParams {
+        block_size: BS,
+        mode: CacheMode::WriteBack,
+        policy: "smq".into(),
+        journal_bytes: Some(journal_blocks * 4096),
+        backing: backing(),
+    }
+}
+
+/// Size of a cache device with `slots` slots and the given journal.
+pub fn device_size(slots: u64, journal_blocks: u64) -> u64 {
+    let snap = slots.div_ceil(504);
+    (2 + 2 * snap + journal_blocks) * 4096 + slots * u64::from(BS)
+}
+
+pub fn mem(slots: u64, journal_blocks: u64) -> Arc<MemDevice> {
+    Arc::new(MemDevice::new(device_size(slots, journal_blocks)))
+}
+
+pub fn entry(oblock: u64, dirty: bool, hint: u8) -> Option<Entry> {
+    Some(Entry {
+        oblock,
+        dirty,
+        hint,
+    })
+}
+
+/// A device that works for `budget` more writes and flushes, then fails
+/// every write and flush (a power cut in the middle of an operation).
+pub struct FailAfter {
+    pub inner: Arc<CrashDevice>,
+    budget: AtomicI64,
+}
+
+impl FailAfter {
+    pub fn new(inner: Arc<CrashDevice>, budget: i64) -> Self {
+        FailAfter {
+            inner,
+            budget: AtomicI64::new(budget),
+        }
+    }
+    fn spend(&self) -> io::Result<()> {
+        if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            Err(io::Error::other("simulated power cut"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl BlockDevice for FailAfter {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.spend()?;
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.spend()?;
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.spend()?;
+        self.inner.discard(offset, len)
+    }
+    fn describe(&self) -> String {
+        format!("fail-after({})", self.inner.describe())
+    }
+}
+
+/// Applies `slot := e` to a mapping, as a commit would.
+pub fn apply(map: &mut Mapping, slot: u32, e: Option<Entry>) {
+    map[slot as usize] = e;
+}

@@ -1,0 +1,433 @@
+//! Behaviour of the store: format, open, commit, snapshot, clean shutdown,
+//! the refusals, check and repair.
+
+mod common;
+
+use common::*;
+use std::sync::Arc;
+use tiercache_device::{BlockDevice, CountingDevice, CrashDevice, MemDevice};
+use tiercache_metadata::codec::{self, seal, META_BLOCK};
+use tiercache_metadata::{
+    check, repair, BackingIdentity, ErrorKind, MetadataError, MetadataStore, Severity,
+};
+use tiercache_types::CacheMode;
+
+fn read_block(dev: &dyn BlockDevice, block: u64) -> Vec<u8> {
+    let mut b = vec![0u8; META_BLOCK];
+    dev.read_at(&mut b, block * META_BLOCK as u64).unwrap();
+    b
+}
+
+fn write_block(dev: &dyn BlockDevice, block: u64, b: &[u8]) {
+    dev.write_at(b, block * META_BLOCK as u64).unwrap();
+}
+
+#[test]
+fn format_open_round_trip_with_journal_and_snapshots() {
+    let dev = mem(1000, 8);
+    let mut s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
+    assert_eq!(s.layout().capacity, 1000);
+    assert_eq!(s.layout().data_offset % 4096, 0);
+    let mut want = vec![None; 1000];
+    for round in 0..20u64 {
+        for k in 0..37u64 {
+            let slot = ((round * 37 + k) * 7 % 1000) as u32;
+            let e = entry((round * 37 + k) % BACKING_BLOCKS, k % 3 == 0, (k % 64) as u8);
+            // Keep origin blocks unique, as the engine does.
+            if let Some(old) = want.iter().position(|x| *x == e) {
+                s.record(old as u32, None).unwrap();
+                want[old] = None;
+            }
+            s.record(slot, e).unwrap();
+            want[slot as usize] = e;
+        }
+        s.commit().unwrap();
+    }
+    assert!(s.stats().snapshots_written > 1, "{:?}", s.stats());
+    assert_eq!(s.mapping(), want);
+    drop(s); // no clean shutdown: a crash
+    let (s2, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert!(!rec.was_clean_shutdown);
+    assert_eq!(rec.mapping, want);
+    assert_eq!(s2.mapping(), want);
+    assert_eq!(rec.superblock.mode, CacheMode::WriteBack);
+    assert_eq!(rec.superblock.policy, "smq");
+}
+
+#[test]
+fn clean_shutdown_flag_is_cleared_durably_by_open() {
+    let dev = mem(600, 4);
+    let mut s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
+    s.record(3, entry(10, true, 5)).unwrap();
+    s.commit().unwrap();
+    let mut fin = s.mapping();
+    fin[3] = entry(10, true, 42); // fresh hint at shutdown
+    s.mark_clean_shutdown(&fin, &backing()).unwrap();
+    let (s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert!(rec.was_clean_shutdown);
+    assert_eq!(rec.mapping, fin);
+    assert_eq!(rec.journal_blocks_replayed, 0);
+    assert!(!s.superblock().clean_shutdown);
+    drop(s);
+    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    assert!(!rec.was_clean_shutdown, "a crash after open is unclean");
+    assert_eq!(rec.mapping, fin);
+}
+
+#[test]
+fn refuses_wrong_backing_device() {
+    let dev = mem(600, 4);
+    let s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
+    let fin = s.mapping();
+    s.mark_clean_shutdown(&fin, &backing()).unwrap();
+    let mut other = backing();
+    other.size += 4096;
+    let e = MetadataStore::open(dev.clone(), &other).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WrongBackingDevice);
+    assert!(e.to_string().contains("wrong data"), "{e}");
+    let mut other = backing();
+    other.fingerprint = Some(1);
+    let e = MetadataStore::open(dev.clone(), &other).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WrongBackingDevice, "{e}");
+    // Unknown fingerprint: accepted.
+    let mut unknown = backing();
+    unknown.fingerprint = None;
+    let (s, _) = MetadataStore::open(dev.clone(), &unknown).unwrap();
+    drop(s);
+    // After an unclean shutdown a fingerprint change is only a warning.
+    let (_, rec) = MetadataStore::open(dev, &other).unwrap();
+    assert!(rec.warnings.iter().any(|w| w.contains("fingerprint")));
+}
+
+#[test]
+fn fingerprint_sees_start_and_end() {
+    let d = MemDevice::new(1 << 20);
+    let f0 = tiercache_metadata::fingerprint(&d).unwrap();
+    d.write_at(&[1u8; 512], (1 << 20) - 512).unwrap();
+    let f1 = tiercache_metadata::fingerprint(&d).unwrap();
+    d.write_at(&[1u8; 512], 1 << 19).unwrap();
+    assert_eq!(tiercache_metadata::fingerprint(&d).unwrap(), f1, "middle ignored");
+    assert_ne!(f0, f1);
+    let id = BackingIdentity::of(&d, "/x").unwrap();
+    assert_eq!(id.size, 1 << 20);
+    assert_eq!(id.fingerprint, Some(f1));
+}
+
+#[test]
+fn refuses_unformatted_future_and_featured_devices() {
+    let dev = mem(600, 4);
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFormatted);
+    assert!(e.to_string().contains("not a tiercache cache device"), "{e}");
+    assert_eq!(
+        check(&*dev).worst(),
+        Some(Severity::Error),
+        "check reports it"
+    );
+
+    let s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
+    let gen = s.superblock().generation;
+    drop(s);
+    let live = gen % 2;
+    // Future version in the newest copy.
+    let orig = read_block(&*dev, live);
+    let mut b = orig.clone();
+    b[48..52].copy_from_slice(&2u32.to_le_bytes());
+    seal(&mut b);
+    write_block(&*dev, live, &b);
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{e}");
+    // Unknown incompat bit.
+    let mut b = orig.clone();
+    b[72] = 0x80;
+    seal(&mut b);
+    write_block(&*dev, live, &b);
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert!(matches!(
+        e,
+        MetadataError::IncompatibleFeatures {
+            read_only_ok: false,
+            ..
+        }
+    ));
+    // Unknown ro_compat bit: refused for writing, fine for check.
+    let mut b = orig.clone();
+    b[64] = 1;
+    seal(&mut b);
+    write_block(&*dev, live, &b);
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert!(matches!(
+        e,
+        MetadataError::IncompatibleFeatures {
+            read_only_ok: true,
+            ..
+        }
+    ));
+    assert!(check(&*dev).superblock.is_some());
+    // Unknown compat bit: ignored.
+    let mut b = orig.clone();
+    b[56] = 1;
+    seal(&mut b);
+    write_block(&*dev, live, &b);
+    MetadataStore::open(dev.clone(), &backing()).unwrap();
+}
+
+#[test]
+fn torn_newest_superblock_falls_back_to_the_other_copy() {
+    let dev = mem(600, 4);
+    let mut s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
+    s.record(1, entry(1, false, 0)).unwrap();
+    s.commit().unwrap();
+    s.set_mode(CacheMode::PassThrough).unwrap();
+    let gen = s.superblock().generation;
+    drop(s);
+    let mut b = read_block(&*dev, gen % 2);
+    b[1000] ^= 1;
+    write_block(&*dev, gen % 2, &b);
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.superblock.generation, gen - 1);
+    assert_eq!(rec.superblock.mode, CacheMode::WriteBack, "older copy");
+    assert_eq!(rec.mapping[1], entry(1, false, 0), "journal still replayed");
+    assert!(rec.warnings.iter().any(|w| w.contains("copy")));
+}
+
+#[test]
+fn mode_and_detached_persist() {
+    let dev = mem(600, 4);
+    let mut s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
+    s.set_mode(CacheMode::WriteAround).unwrap();
+    s.set_detached(true).unwrap();
+    drop(s);
+    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    assert_eq!(rec.superblock.mode, CacheMode::WriteAround);
+    assert!(rec.superblock.detached);
+}
+
+#[test]
+fn records_are_validated() {
+    let dev = mem(600, 4);
+    let mut s = MetadataStore::format(dev, &params(4)).unwrap();
+    assert_eq!(
+        s.record(600, None).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        s.record(0, entry(BACKING_BLOCKS, false, 0))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(s.pending(), 0);
+    s.record(0, entry(0, false, 255)).unwrap();
+    s.commit().unwrap();
+    assert_eq!(s.entry(0).unwrap().hint, 63, "hints saturate");
+}
+
+#[test]
+fn a_commit_larger_than_the_journal_goes_into_a_snapshot() {
+    let dev = mem(1500, 2);
+    let mut s = MetadataStore::format(dev.clone(), &params(2)).unwrap();
+    for slot in 0..1500u32 {
+        s.record(slot, entry(u64::from(slot), slot % 2 == 0, 1))
+            .unwrap();
+    }
+    let st = s.commit().unwrap();
+    assert!(st.snapshot);
+    assert_eq!(st.journal_blocks, 0);
+    let want = s.mapping();
+    drop(s);
+    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    assert_eq!(rec.mapping, want);
+}
+
+#[test]
+fn commit_bytes_are_counted_and_match_the_device() {
+    let dev = Arc::new(CountingDevice::new(MemDevice::new(device_size(600, 64))));
+    let mut s = MetadataStore::format(dev.clone(), &params(64)).unwrap();
+    let before = dev.snapshot();
+    let st0 = s.stats();
+    for i in 0..10u32 {
+        s.record(i, entry(u64::from(i), true, 0)).unwrap();
+        let st = s.commit().unwrap();
+        assert_eq!(st.journal_blocks, 1);
+        assert_eq!(st.bytes_written, 4096);
+        assert!(!st.snapshot);
+    }
+    let io = dev.snapshot().since(&before);
+    assert_eq!(io.bytes_written, 10 * 4096);
+    assert_eq!(io.flushes, 10, "one flush per commit");
+    assert_eq!(s.stats().bytes_written() - st0.bytes_written(), 10 * 4096);
+}
+
+#[test]
+fn a_write_error_poisons_the_store_and_open_recovers() {
+    let crash = Arc::new(CrashDevice::new(device_size(600, 8)));
+    let fa = Arc::new(FailAfter::new(crash.clone(), 1_000_000));
+    let mut s = MetadataStore::format(fa.clone(), &params(8)).unwrap();
+    s.record(1, entry(7, true, 0)).unwrap();
+    s.commit().unwrap();
+    drop(s);
+    // Open's checkpoint: snapshot write + flush + superblock write + flush.
+    let fa = Arc::new(FailAfter::new(crash.clone(), 4));
+    let (mut s, _) = MetadataStore::open(fa.clone(), &backing()).unwrap();
+    s.record(2, entry(8, true, 0)).unwrap();
+    assert_eq!(s.commit().unwrap_err().kind(), ErrorKind::Io);
+    assert_eq!(
+        s.record(3, None).unwrap_err().kind(),
+        ErrorKind::Failed,
+        "poisoned"
+    );
+    assert_eq!(s.commit().unwrap_err().kind(), ErrorKind::Failed);
+    crash.crash();
+    let (_, rec) = MetadataStore::open(crash.clone(), &backing()).unwrap();
+    assert_eq!(rec.mapping[1], entry(7, true, 0));
+    assert_eq!(rec.mapping[2], None);
+}
+
+#[test]
+fn stale_journal_of_an_earlier_format_is_not_replayed() {
+    let dev = mem(600, 8);
+    let mut s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
+    for i in 0..3u32 {
+        s.record(i, entry(u64::from(i), true, 0)).unwrap();
+        s.commit().unwrap();
+    }
+    drop(s);
+    let s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
+    drop(s);
+    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    assert!(rec.mapping.iter().all(Option::is_none));
+    assert_eq!(rec.journal_blocks_replayed, 0);
+}
+
+#[test]
+fn torn_commit_is_ignored_and_later_commits_are_never_confused_with_it() {
+    // A three-block commit whose middle block is lost; then, after
+    // recovery, new commits at the positions the torn one used.
+    let dev = mem(1200, 16);
+    let mut s = MetadataStore::format(dev.clone(), &params(16)).unwrap();
+    s.record(0, entry(0, true, 0)).unwrap();
+    s.commit().unwrap();
+    let first_journal_block = s.layout().journal_block_of(s.superblock().journal_start_seq);
+    for slot in 1..800u32 {
+        s.record(slot, entry(u64::from(slot), false, 0)).unwrap();
+    }
+    s.commit().unwrap(); // 3 blocks after the first one
+    drop(s);
+    // Zero the middle block of the 3-block commit.
+    write_block(&*dev, first_journal_block + 2, &vec![0u8; META_BLOCK]);
+    let r = check(&*dev);
+    assert!(r.problems.iter().any(|p| p.message.contains("incomplete commit")), "{r}");
+    assert!(r.problems.iter().any(|p| p.message.contains("journal gap")), "{r}");
+    let (mut s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.torn_commit_blocks_ignored, 1);
+    assert_eq!(rec.journal_blocks_replayed, 1);
+    assert_eq!(rec.mapping.iter().flatten().count(), 1);
+    // A two-block commit now; the old third block must not join it.
+    for slot in 100..500u32 {
+        s.record(slot, entry(u64::from(slot) + 1000, true, 0)).unwrap();
+    }
+    s.commit().unwrap();
+    let want = s.mapping();
+    drop(s);
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.mapping, want);
+    assert!(check(&*dev).is_clean(), "{}", check(&*dev));
+}
+
+#[test]
+fn corrupt_snapshot_block_is_refused_then_repaired() {
+    let dev = mem(1200, 4);
+    let mut s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
+    for slot in 0..1200u32 {
+        s.record(slot, entry(u64::from(slot), slot % 10 == 0, 3))
+            .unwrap();
+    }
+    s.snapshot().unwrap();
+    s.snapshot().unwrap(); // the previous snapshot holds the same entries
+    // A journal record after the snapshot re-maps slot 0 (block 0 lost).
+    s.record(0, entry(1500, true, 0)).unwrap();
+    s.commit().unwrap();
+    let area = s.layout().area_start(s.superblock().active);
+    drop(s);
+    let mut b = read_block(&*dev, area);
+    b[200] ^= 0xff;
+    write_block(&*dev, area, &b);
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.to_string().contains("repair"), "{e}");
+    let r = check(&*dev);
+    assert_eq!(r.worst(), Some(Severity::Error));
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.block == Some(area) && p.message.contains("dirty")),
+        "{r}"
+    );
+    let r = repair(dev.clone()).unwrap();
+    assert!(!r.actions.is_empty());
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.mapping[0], entry(1500, true, 0), "journal kept it");
+    assert_eq!(rec.mapping[1], None, "lost with its block");
+    assert_eq!(rec.mapping[504], entry(504, false, 3), "other blocks kept");
+    assert!(check(&*dev).is_clean());
+}
+
+#[test]
+fn repair_keeps_the_dirty_claimant_and_drops_clean_conflicts() {
+    let dev = mem(600, 8);
+    let mut s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
+    s.record(1, entry(50, false, 0)).unwrap();
+    s.record(2, entry(50, true, 0)).unwrap(); // a bug upstream: same origin block
+    s.record(3, entry(60, false, 0)).unwrap();
+    s.record(4, entry(60, false, 0)).unwrap();
+    s.record(5, entry(70, true, 0)).unwrap();
+    s.commit().unwrap();
+    let jb = s.layout().journal_block_of(s.superblock().journal_start_seq);
+    drop(s);
+    // Also a record beyond the backing device, sealed as valid.
+    let mut b = read_block(&*dev, jb);
+    let rec5 = 64 + 12 * 4;
+    let bad = codec::pack(entry(BACKING_BLOCKS + 5, true, 0));
+    b[rec5 + 4..rec5 + 12].copy_from_slice(&bad.to_le_bytes());
+    seal(&mut b);
+    write_block(&*dev, jb, &b);
+
+    assert_eq!(
+        MetadataStore::open(dev.clone(), &backing())
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Corrupt
+    );
+    let r = check(&*dev);
+    let msgs: Vec<_> = r.problems.iter().map(|p| p.message.clone()).collect();
+    assert!(msgs.iter().any(|m| m.contains("origin block 50")), "{r}");
+    assert!(msgs.iter().any(|m| m.contains("origin block 60")), "{r}");
+    assert!(msgs.iter().any(|m| m.contains("beyond")), "{r}");
+    let r = repair(dev.clone()).unwrap();
+    assert!(r.actions.iter().any(|a| a.contains("DIRTY")), "{r}");
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.mapping[1], None);
+    assert_eq!(rec.mapping[2], entry(50, true, 0), "dirty one kept");
+    assert_eq!(
+        [rec.mapping[3], rec.mapping[4]].iter().flatten().count(),
+        1,
+        "one clean claimant kept"
+    );
+    assert_eq!(rec.mapping[5], None, "beyond the backing device");
+    assert!(check(&*dev).is_clean(), "{}", check(&*dev));
+}
+
+#[test]
+fn check_of_a_healthy_store_is_clean() {
+    let dev = mem(600, 8);
+    let mut s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
+    s.record(1, entry(50, true, 0)).unwrap();
+    s.commit().unwrap();
+    let r = check(&*dev);
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.entries, 1);
+    assert_eq!(r.dirty_entries, 1);
+    assert_eq!(r.journal_blocks_replayed, 1);
+    assert!(r.to_string().contains("600 slots"));
+}
