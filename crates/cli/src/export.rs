@@ -48,3 +48,52 @@ impl Export for EngineExport {
         self.rotational
     }
 }
+
+/// Serves a device directly, without a cache: the baselines of `bench`
+/// ("fast device alone", "slow device alone") go through the same NBD
+/// server as the cache.
+pub struct DeviceExport {
+    pub device: Arc<dyn tiercache_device::BlockDevice>,
+    pub rotational: bool,
+}
+
+impl Export for DeviceExport {
+    fn size(&self) -> u64 {
+        self.device.size()
+    }
+    fn block_size_constraints(&self) -> BlockSizes {
+        BlockSizes {
+            min: 512,
+            preferred: 4096,
+            max: 32 << 20,
+        }
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        tiercache_device::check_range(&*self.device, offset, buf.len() as u64)?;
+        self.device.read_at(buf, offset)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        tiercache_device::check_range(&*self.device, offset, data.len() as u64)?;
+        self.device.write_at(data, offset)?;
+        if fua {
+            self.device.flush()?;
+        }
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.device.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        tiercache_device::check_range(&*self.device, offset, len)?;
+        self.device.discard(offset, len)
+    }
+    fn can_trim(&self) -> bool {
+        true
+    }
+    fn can_multi_conn(&self) -> bool {
+        true
+    }
+    fn is_rotational(&self) -> bool {
+        self.rotational
+    }
+}

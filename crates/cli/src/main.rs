@@ -88,7 +88,8 @@ struct ServeArgs {
     /// the emulated HDD latency model; `mem:SIZE` is a RAM device.
     #[arg(long)]
     backing: Option<String>,
-    /// Cache (fast) device, same syntax as --backing.
+    /// Cache (fast) device, same syntax as --backing. Without one, the
+    /// backing device is served alone (a baseline for comparisons).
     #[arg(long)]
     cache: Option<String>,
     /// writethrough (default), writeback, writearound or passthrough.
@@ -150,7 +151,7 @@ struct ServeFile {
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
     pub backing: String,
-    pub cache: String,
+    pub cache: Option<String>,
     pub mode: CacheMode,
     pub block_size: u32,
     pub policy: PolicyConfig,
@@ -183,10 +184,7 @@ impl ServeArgs {
             .backing
             .or(file.backing)
             .context("no backing device: give --backing PATH")?;
-        let cache = self
-            .cache
-            .or(file.cache)
-            .context("no cache device: give --cache PATH")?;
+        let cache = self.cache.or(file.cache);
         let block_size = size(self.block_size, file.block_size, 64 * 1024)?;
         if !(4096..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
             bail!("--block-size {block_size} must be a power of two from 4k to 1M");

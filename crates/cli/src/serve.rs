@@ -14,8 +14,11 @@ use tiercache_types::MonotonicClock;
 
 pub fn run(s: &ServeSettings) -> Result<()> {
     let backing = crate::devices::open(&s.backing).context("backing device")?;
-    let cache = crate::devices::open(&s.cache).context("cache device")?;
     let rotational = s.backing.starts_with("hdd:");
+    let Some(cache_spec) = &s.cache else {
+        return run_uncached(s, backing, rotational);
+    };
+    let cache = crate::devices::open(cache_spec).context("cache device")?;
     let cfg = EngineConfig {
         mode: s.mode,
         block_size: s.block_size,
@@ -49,23 +52,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         },
     );
 
-    let listener = match &s.listen {
-        Some(addr) => {
-            eprintln!(
-                "WARNING: serving plain NBD on TCP {addr}: no authentication and no encryption. \
-                 Anyone who can reach this address can read and overwrite the device."
-            );
-            Listener::bind_tcp(addr.as_str()).with_context(|| format!("listening on {addr}"))?
-        }
-        None => {
-            if let Some(dir) = s.socket.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-            }
-            Listener::bind_unix(&s.socket)
-                .with_context(|| format!("binding {}", s.socket.display()))?
-        }
-    };
+    let listener = bind_nbd(s)?;
     let nbd = Server::single(
         &s.name,
         Arc::new(EngineExport {
@@ -91,15 +78,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             on_detach: Box::new(move || stop2.store(true, Ordering::SeqCst)),
         }),
     );
-    match &s.listen {
-        Some(addr) => println!("tiercache: serving nbd://{addr}/{}", s.name),
-        None => println!(
-            "tiercache: serving nbd+unix:///{}?socket={}  (control: {})",
-            s.name,
-            s.socket.display(),
-            s.control.display()
-        ),
-    }
+    announce(s);
 
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
@@ -132,4 +111,67 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         println!("tiercache: stopped");
     }
     Ok(())
+}
+
+/// Serves the backing device alone (no cache): a baseline for comparisons.
+fn run_uncached(
+    s: &ServeSettings,
+    device: Arc<dyn tiercache_device::BlockDevice>,
+    rotational: bool,
+) -> Result<()> {
+    log::info!(
+        "serving {} ({} bytes) without a cache",
+        device.describe(),
+        device.size()
+    );
+    let listener = bind_nbd(s)?;
+    let nbd = Server::single(
+        &s.name,
+        Arc::new(crate::export::DeviceExport { device, rotational }),
+        ServerConfig::default(),
+    )?;
+    let running = nbd.spawn(listener)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    announce(s);
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    running.shutdown().context("stopping the NBD server")?;
+    println!("tiercache: stopped");
+    Ok(())
+}
+
+fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
+    Ok(match &s.listen {
+        Some(addr) => {
+            eprintln!(
+                "WARNING: serving plain NBD on TCP {addr}: no authentication and no encryption. \
+                 Anyone who can reach this address can read and overwrite the device."
+            );
+            Listener::bind_tcp(addr.as_str()).with_context(|| format!("listening on {addr}"))?
+        }
+        None => {
+            if let Some(dir) = s.socket.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            Listener::bind_unix(&s.socket)
+                .with_context(|| format!("binding {}", s.socket.display()))?
+        }
+    })
+}
+
+fn announce(s: &ServeSettings) {
+    match &s.listen {
+        Some(addr) => println!("tiercache: serving nbd://{addr}/{}", s.name),
+        None => println!(
+            "tiercache: serving nbd+unix:///{}?socket={}  (control: {})",
+            s.name,
+            s.socket.display(),
+            s.control.display()
+        ),
+    }
 }
