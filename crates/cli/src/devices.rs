@@ -28,7 +28,7 @@ pub fn open(spec: &str) -> Result<Arc<dyn BlockDevice>> {
     let path = spec.strip_prefix("file:").unwrap_or(spec);
     let dev = FileDevice::open(path).with_context(|| format!("cannot open device {path}"))?;
     if let Some(w) = dev.warning() {
-        log::warn!("{path}: {w}");
+        log::warn!("{w}");
     }
     Ok(Arc::new(dev))
 }
