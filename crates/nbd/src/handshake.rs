@@ -128,13 +128,8 @@ fn reply<W: Write>(w: &mut W, option: u32, typ: u32, data: &[u8]) -> io::Result<
 }
 
 fn find_export(exports: &[ExportEntry], name: &str) -> Option<usize> {
-    exports.iter().position(|e| e.name == name).or_else(|| {
-        if name.is_empty() && !exports.is_empty() {
-            Some(0)
-        } else {
-            None
-        }
-    })
+    let default = (name.is_empty() && !exports.is_empty()).then_some(0);
+    exports.iter().position(|e| e.name == name).or(default)
 }
 
 /// Runs the server side of fixed newstyle negotiation: sends the greeting,

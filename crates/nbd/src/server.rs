@@ -387,9 +387,12 @@ impl Server {
             b.validate(e.export.size())
                 .map_err(|m| invalid(format!("export {:?}: {m}", e.name)))?;
         }
-        if config.max_block < 512 || config.workers == 0 || config.max_inflight == 0 {
+        if !(512..=1 << 30).contains(&config.max_block)
+            || config.workers == 0
+            || config.max_inflight == 0
+        {
             return Err(invalid(
-                "max_block must be >= 512, workers and max_inflight >= 1".into(),
+                "max_block must be in 512..=1 GiB, workers and max_inflight >= 1".into(),
             ));
         }
         Ok(Server {
@@ -1032,7 +1035,7 @@ impl Conn<'_> {
         while !msg.is_char_boundary(end) {
             end -= 1;
         }
-        let msg = msg[..end].as_bytes();
+        let msg = &msg.as_bytes()[..end];
         let hdr = proto::encode_structured_header(
             proto::REPLY_FLAG_DONE,
             proto::REPLY_TYPE_ERROR,
