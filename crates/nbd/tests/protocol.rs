@@ -553,3 +553,51 @@ fn connection_cap_refuses_extra_clients() {
         std::thread::yield_now();
     }
 }
+
+#[test]
+fn a_client_that_stops_reading_replies_does_not_block_others() {
+    let cfg = ServerConfig {
+        shutdown_grace: std::time::Duration::from_millis(200),
+        ..ServerConfig::default()
+    };
+    let mut srv = start(mem(64 * MIB), cfg);
+    // Ask for far more reply data than socket buffers hold, never read it:
+    // this connection's workers end up blocked in write.
+    let mut stuck = RawClient::connect(&srv.sock, false);
+    for i in 0..48 {
+        stuck.send(CMD_READ, 0, i, i * MIB, MIB as u32);
+    }
+    // Meanwhile other clients are served normally.
+    for k in 0..3 {
+        let mut c = RawClient::connect(&srv.sock, true);
+        c.write(1, k * MIB, &pattern(k, 65536), 0);
+        assert_eq!(c.reply().errno, 0);
+        c.send(CMD_READ, 0, 2, k * MIB, 65536);
+        assert!(c.reply().data == pattern(k, 65536));
+        c.disc();
+    }
+    // Shutdown cannot finish the stuck connection's requests; after the
+    // grace period it cuts the connection and still completes.
+    srv.shutdown().unwrap();
+    drop(stuck);
+}
+
+#[test]
+fn idle_clients_are_dropped_after_the_handshake_timeout() {
+    let cfg = ServerConfig {
+        handshake_timeout: Some(std::time::Duration::from_millis(100)),
+        ..ServerConfig::default()
+    };
+    let srv = start(mem(MIB), cfg);
+    let mut s = UnixStream::connect(&srv.sock).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    // Say nothing: the server gives up on us.
+    assert_eq!(s.read(&mut g).unwrap_or(0), 0);
+    // The timeout does not apply in transmission.
+    let mut c = RawClient::connect(&srv.sock, false);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    c.send(CMD_READ, 0, 1, 0, 512);
+    assert_eq!(c.reply().errno, 0);
+    c.disc();
+}
