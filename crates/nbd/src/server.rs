@@ -439,14 +439,22 @@ impl Server {
         *inner.wake.lock() = listener.wake_target();
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let mut next_id = 0u64;
+        let mut accept_errors = 0u64;
         while !inner.stop.load(Ordering::SeqCst) {
             let (stream, peer) = match listener.accept() {
-                Ok(x) => x,
+                Ok(x) => {
+                    accept_errors = 0;
+                    x
+                }
                 Err(e) => {
                     match e.kind() {
                         io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
                         _ => {
-                            log::error!("accept failed: {e}");
+                            // E.g. EMFILE: back off; log the 1st, 2nd, 4th... in a row.
+                            accept_errors += 1;
+                            if accept_errors.is_power_of_two() {
+                                log::error!("accept failed ({accept_errors} in a row): {e}");
+                            }
                             thread::sleep(Duration::from_millis(50));
                         }
                     }
@@ -487,8 +495,9 @@ impl Server {
             let spawned = thread::Builder::new()
                 .name(format!("nbd-conn-{id}"))
                 .spawn(move || {
+                    // Bookkeeping happens even if the connection panics.
+                    let _done = ConnGuard(&inner2, id);
                     run_connection(&inner2, stream, &format!("nbd conn #{id} ({peer})"));
-                    finish_connection(&inner2, id);
                 });
             match spawned {
                 Ok(t) => threads.push(t),
@@ -545,6 +554,14 @@ impl Server {
             }
         }
         result
+    }
+}
+
+struct ConnGuard<'a>(&'a Inner, u64);
+
+impl Drop for ConnGuard<'_> {
+    fn drop(&mut self) {
+        finish_connection(self.0, self.1);
     }
 }
 
@@ -951,26 +968,35 @@ impl Conn<'_> {
             mut buf,
         } = job;
         let ex = self.export;
-        let (res, bytes) = match cmd {
+        let bytes = match cmd {
+            Command::Read { len, .. } | Command::Write { len, .. } => u64::from(len),
+            _ => 0,
+        };
+        // A panicking export must not take the connection down with it:
+        // the request fails with EIO and the slot is released.
+        let run = std::panic::AssertUnwindSafe(|| match cmd {
             Command::Read { offset, len } => {
                 buf.resize(len as usize, 0);
-                (ex.read(offset, &mut buf), u64::from(len))
+                ex.read(offset, &mut buf)
             }
-            Command::Write { offset, len, fua } => (ex.write(offset, &buf, fua), u64::from(len)),
-            Command::Flush => (ex.flush(), 0),
-            Command::Trim { offset, len, fua } => (
+            Command::Write { offset, fua, .. } => ex.write(offset, &buf, fua),
+            Command::Flush => ex.flush(),
+            Command::Trim { offset, len, fua } => {
                 ex.trim(offset, u64::from(len))
-                    .and_then(|()| if fua { ex.flush() } else { Ok(()) }),
-                0,
-            ),
+                    .and_then(|()| if fua { ex.flush() } else { Ok(()) })
+            }
             Command::WriteZeroes {
                 offset,
                 len,
                 fua,
                 may_trim,
-            } => (ex.write_zeroes(offset, u64::from(len), fua, may_trim), 0),
-            Command::Disconnect => (Ok(()), 0),
-        };
+            } => ex.write_zeroes(offset, u64::from(len), fua, may_trim),
+            Command::Disconnect => Ok(()),
+        });
+        let res = std::panic::catch_unwind(run).unwrap_or_else(|_| {
+            log::error!("{}: export panicked while executing {cmd:?}", self.peer);
+            Err(io::Error::other("export panicked"))
+        });
         match res {
             Ok(()) => match cmd {
                 Command::Read { offset, .. } => self.send_read(handle, offset, &buf),

@@ -601,3 +601,41 @@ fn idle_clients_are_dropped_after_the_handshake_timeout() {
     assert_eq!(c.reply().errno, 0);
     c.disc();
 }
+
+/// Panics on reads at offset 0.
+struct Panicky(MemExport);
+impl Export for Panicky {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        assert!(offset != 0, "deliberate test panic in Export::read");
+        self.0.read(offset, buf)
+    }
+    fn write(&self, o: u64, d: &[u8], f: bool) -> io::Result<()> {
+        self.0.write(o, d, f)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panicking_export_fails_the_request_not_the_server() {
+    let cfg = ServerConfig {
+        workers: 1,
+        max_inflight: 1,
+        ..ServerConfig::default()
+    };
+    let mut srv = start(Arc::new(Panicky(MemExport::new(MIB))), cfg);
+    let mut c = RawClient::connect(&srv.sock, true);
+    // With one worker and one slot, a lost worker or slot would hang here.
+    for i in 0..4 {
+        c.send(CMD_READ, 0, i, 0, 512);
+        assert_eq!(c.reply().errno, proto::EIO);
+    }
+    c.send(CMD_READ, 0, 9, 512, 512);
+    assert_eq!(c.reply().errno, 0);
+    c.disc();
+    srv.shutdown().unwrap();
+}
