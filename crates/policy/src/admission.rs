@@ -224,7 +224,7 @@ pub struct HotspotAdmit {
 
 /// The top level of a hotspot counter.
 pub const HOTSPOT_MAX: u8 = 15;
-const HOTSPOT_SEED: u64 = 0x686f_7473_706f_74;
+const HOTSPOT_SEED: u64 = 0x0068_6f74_7370_6f74;
 
 impl HotspotAdmit {
     /// `capacity`: cache size in blocks. `block_size` is accepted for future

@@ -183,7 +183,7 @@ impl S3Fifo {
         for _ in 0..PEEK_SCAN {
             let Some(c) = cur else { break };
             let k = key(self.freq(c));
-            if best.map_or(true, |(bk, _)| k < bk) {
+            if !matches!(best, Some((bk, _)) if bk <= k) {
                 best = Some((k, c));
                 if k == 0 {
                     break;

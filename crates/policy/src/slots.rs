@@ -4,6 +4,7 @@
 //!
 //! Memory per slot: 8 (origin block) + 8 (list links) + 1 (list id)
 //! + 1/8 (dirty bit) + about 5.3 (hash index at load factor 3/4) = ~22.5 bytes.
+//!
 //! The index is sized to exactly `4/3 * capacity` entries (not rounded up to a
 //! power of two, which would cost up to 10.7 bytes per slot) and addressed by
 //! multiply-shift range reduction.
