@@ -50,9 +50,15 @@ pub fn entry(oblock: u64, dirty: bool, hint: u8) -> Option<Entry> {
 
 /// A device that works for `budget` more writes and flushes, then fails
 /// every write and flush (a power cut in the middle of an operation).
+///
+/// It also remembers the writes issued since the last flush, so a test can
+/// crash keeping a random subset of whole 4 KiB blocks
+/// ([`FailAfter::crash_keep_blocks`]): writes that reached the media whole
+/// but out of order.
 pub struct FailAfter {
     pub inner: Arc<CrashDevice>,
     budget: AtomicI64,
+    unflushed: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
 }
 
 impl FailAfter {
@@ -60,7 +66,31 @@ impl FailAfter {
         FailAfter {
             inner,
             budget: AtomicI64::new(budget),
+            unflushed: parking_lot::Mutex::new(Vec::new()),
         }
+    }
+    /// Power cut keeping each unflushed 4 KiB block written since the last
+    /// flush with probability 1/2 (in issue order), whole.
+    pub fn crash_keep_blocks(&self, seed: u64) -> u64 {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let writes = std::mem::take(&mut *self.unflushed.lock());
+        self.inner.crash();
+        let mut kept = 0;
+        for (off, data) in writes {
+            for (i, b) in data.chunks(4096).enumerate() {
+                if rng.gen_bool(0.5) {
+                    self.inner.write_at(b, off + 4096 * i as u64).unwrap();
+                    kept += 1;
+                }
+            }
+        }
+        self.inner.flush().unwrap();
+        kept
+    }
+
+    pub fn set_budget(&self, budget: i64) {
+        self.budget.store(budget, Ordering::SeqCst);
     }
     fn spend(&self) -> io::Result<()> {
         if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
@@ -80,11 +110,15 @@ impl BlockDevice for FailAfter {
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.spend()?;
-        self.inner.write_at(buf, offset)
+        self.inner.write_at(buf, offset)?;
+        self.unflushed.lock().push((offset, buf.to_vec()));
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         self.spend()?;
-        self.inner.flush()
+        self.inner.flush()?;
+        self.unflushed.lock().clear();
+        Ok(())
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.spend()?;
