@@ -639,3 +639,148 @@ fn a_panicking_export_fails_the_request_not_the_server() {
     c.disc();
     srv.shutdown().unwrap();
 }
+
+/// Deterministic xorshift generator for the stress test.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What a reply must look like.
+enum Expect {
+    Errno(u32),
+    Data(Vec<u8>),
+}
+
+#[test]
+fn concurrent_clients_with_mixed_valid_and_invalid_requests_match_a_model() {
+    const BLOCK: usize = 4096;
+    const BLOCKS: u64 = 64;
+    let clients = 4u64;
+    let size = clients * BLOCKS * BLOCK as u64;
+    let srv = start(
+        mem(size),
+        ServerConfig {
+            workers: 3,
+            max_inflight: 8,
+            ..ServerConfig::default()
+        },
+    );
+    let sock = srv.sock.clone();
+    std::thread::scope(|s| {
+        // An abusive client alongside: bad requests, then garbage.
+        let sock2 = sock.clone();
+        s.spawn(move || {
+            for round in 0..20u64 {
+                let mut c = RawClient::connect(&sock2, round % 2 == 0);
+                c.send(CMD_READ, 0, 1, u64::MAX - 10, 512);
+                assert_eq!(c.reply().errno, proto::EINVAL);
+                c.s.write_all(&[round as u8; 40]).unwrap();
+                assert!(c.closed_by_server());
+            }
+        });
+        for id in 0..clients {
+            let sock = sock.clone();
+            s.spawn(move || {
+                let mut rng = Rng(0x1234_5678 + id);
+                let base = id * BLOCKS * BLOCK as u64;
+                // None: contents unspecified (trimmed).
+                let mut model: Vec<Option<Vec<u8>>> = vec![Some(vec![0u8; BLOCK]); BLOCKS as usize];
+                let mut c = RawClient::connect(&sock, id % 2 == 0);
+                let mut handle = 0u64;
+                for _batch in 0..30 {
+                    // Distinct blocks per batch: replies may come in any order
+                    // and requests may execute in any order.
+                    let mut blocks: Vec<u64> = (0..BLOCKS).collect();
+                    for i in 0..blocks.len() {
+                        let j = i + rng.below((blocks.len() - i) as u64) as usize;
+                        blocks.swap(i, j);
+                    }
+                    let mut expect = std::collections::HashMap::new();
+                    let mut updates = Vec::new();
+                    for &b in &blocks[..12] {
+                        handle += 1;
+                        let off = base + b * BLOCK as u64;
+                        match rng.below(6) {
+                            0 | 1 => {
+                                let d = pattern(rng.next(), BLOCK);
+                                let fua = if rng.below(2) == 0 { CMD_FLAG_FUA } else { 0 };
+                                c.write(handle, off, &d, fua);
+                                expect.insert(handle, Expect::Errno(0));
+                                updates.push((b, Some(d)));
+                            }
+                            2 | 3 => {
+                                c.send(CMD_READ, 0, handle, off, BLOCK as u32);
+                                expect.insert(
+                                    handle,
+                                    match &model[b as usize] {
+                                        Some(d) => Expect::Data(d.clone()),
+                                        None => Expect::Errno(0),
+                                    },
+                                );
+                            }
+                            4 => {
+                                c.send(
+                                    CMD_WRITE_ZEROES,
+                                    CMD_FLAG_NO_HOLE,
+                                    handle,
+                                    off,
+                                    BLOCK as u32,
+                                );
+                                expect.insert(handle, Expect::Errno(0));
+                                updates.push((b, Some(vec![0u8; BLOCK])));
+                            }
+                            _ => {
+                                c.send(CMD_TRIM, 0, handle, off, BLOCK as u32);
+                                expect.insert(handle, Expect::Errno(0));
+                                updates.push((b, None));
+                            }
+                        }
+                        // Sprinkle invalid requests in between.
+                        if rng.below(4) == 0 {
+                            handle += 1;
+                            let (kind, errno) = match rng.below(3) {
+                                0 => (CMD_READ, proto::EINVAL),
+                                1 => (CMD_WRITE_ZEROES, proto::ENOSPC),
+                                _ => (99, proto::EINVAL),
+                            };
+                            c.send(kind, 0, handle, size + rng.below(1 << 20), 4096);
+                            expect.insert(handle, Expect::Errno(errno));
+                        }
+                    }
+                    while !expect.is_empty() {
+                        let r = c.reply();
+                        match expect
+                            .remove(&r.handle)
+                            .expect("unknown or duplicate handle")
+                        {
+                            Expect::Errno(e) => assert_eq!(r.errno, e, "handle {}", r.handle),
+                            Expect::Data(d) => {
+                                assert_eq!(r.errno, 0);
+                                assert!(
+                                    r.data == d,
+                                    "client {id}: wrong data for handle {}",
+                                    r.handle
+                                );
+                            }
+                        }
+                    }
+                    for (b, d) in updates {
+                        model[b as usize] = d;
+                    }
+                }
+                c.send(CMD_FLUSH, 0, 0, 0, 0);
+                assert_eq!(c.reply().errno, 0);
+                c.disc();
+            });
+        }
+    });
+}
