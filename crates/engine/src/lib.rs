@@ -617,25 +617,18 @@ impl Engine {
             }
             i = j;
         }
-        // 2. Cache writes.
+        // 2. Cache writes in place, into pinned slots. These come before any
+        //    fill, so this thread never waits for a fill while holding pins.
         for (k, step) in steps.iter().enumerate() {
-            let Some(c) = step.cache else { continue };
+            let (Some(c), None) = (step.cache, step.ticket) else {
+                continue;
+            };
             let b = first + k as u64;
             let (dev_off, buf_off, n) = self.piece(b, offset, len);
-            let piece = &data[buf_off..buf_off + n];
-            if let Some(t) = step.ticket {
-                // A new slot: the write covers the whole block.
-                if self.fill(b, c, t, piece).is_err() && !step.backing {
-                    // Writeback allocation failed (the promotion is undone):
-                    // put the data on the backing device instead.
-                    if let Err(e) = self.backing.write_at(piece, dev_off) {
-                        first_error.get_or_insert(self.backing_err(e, true));
-                    }
-                }
-                continue;
-            }
             let within = dev_off - b * self.block_size;
-            let r = self.cache.write_at(piece, self.slot_offset(c) + within);
+            let r = self
+                .cache
+                .write_at(&data[buf_off..buf_off + n], self.slot_offset(c) + within);
             self.slots.unpin(c);
             let Err(e) = r else { continue };
             self.cache_error(&e, true);
@@ -651,6 +644,22 @@ impl Engine {
                     device: self.cache.describe(),
                     source: e,
                 });
+            }
+        }
+        // 3. Fills of newly allocated slots (the write covers each block).
+        for (k, step) in steps.iter().enumerate() {
+            let (Some(c), Some(t)) = (step.cache, step.ticket) else {
+                continue;
+            };
+            let b = first + k as u64;
+            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let piece = &data[buf_off..buf_off + n];
+            if self.fill(b, c, t, piece).is_err() && !step.backing {
+                // Writeback allocation failed (the promotion is undone): put
+                // the data on the backing device instead.
+                if let Err(e) = self.backing.write_at(piece, dev_off) {
+                    first_error.get_or_insert(self.backing_err(e, true));
+                }
             }
         }
         if let Some(e) = first_error {
