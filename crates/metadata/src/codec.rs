@@ -54,6 +54,11 @@ const VALID_BIT: u64 = 1 << 48;
 const DIRTY_BIT: u64 = 1 << 49;
 const HINT_SHIFT: u32 = 50;
 
+/// Sequence numbers and generations stay below this (a decoder refuses
+/// larger ones), so arithmetic on them cannot overflow. At one journal
+/// block per microsecond it lasts 146,000 years.
+pub const MAX_SEQ: u64 = 1 << 62;
+
 /// Journal block flag: this block is the last one of its commit.
 pub const JOURNAL_FLAG_LAST: u32 = 1;
 
@@ -403,6 +408,13 @@ pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError
         )));
     }
     let inv = |m: String| Err(DecodeError::Invalid(m));
+    let (snap_seq, jseq) = (rd_u64(b, SB_SNAP_SEQ), rd_u64(b, SB_JOURNAL_SEQ));
+    if h.seq >= MAX_SEQ || snap_seq >= MAX_SEQ || jseq >= MAX_SEQ {
+        return inv(format!(
+            "generation {} / snapshot {snap_seq} / journal {jseq} sequence out of range",
+            h.seq
+        ));
+    }
     if rd_u32(b, SB_META_BLOCK) != META_BLOCK as u32 {
         return inv(format!(
             "metadata block size {} (expected {META_BLOCK})",
@@ -583,6 +595,12 @@ pub fn decode_journal_block(b: &[u8], block: u64) -> Result<JournalBlock, Decode
     if flags & !JOURNAL_FLAG_LAST != 0 {
         return Err(DecodeError::Invalid(format!(
             "unknown journal flags {flags:#x}"
+        )));
+    }
+    if header.seq >= MAX_SEQ {
+        return Err(DecodeError::Invalid(format!(
+            "journal sequence {} out of range",
+            header.seq
         )));
     }
     if commit_start > header.seq {
