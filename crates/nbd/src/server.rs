@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Tunables of a [`Server`]. `Default` gives sensible values.
 #[derive(Debug, Clone)]
@@ -41,7 +41,8 @@ pub struct ServerConfig {
     /// Cap on the length of READ/WRITE/WRITE_ZEROES requests; advertised as
     /// the maximum block size (lowered to the export's own maximum).
     pub max_block: u32,
-    /// A client must finish negotiating within this time (None: no limit).
+    /// A client must finish negotiating within this time in total (None:
+    /// no limit).
     pub handshake_timeout: Option<Duration>,
     /// Options a client may send before entering transmission.
     pub max_options: usize,
@@ -291,7 +292,8 @@ struct Inner {
     exports: Vec<ExportEntry>,
     config: ServerConfig,
     stop: AtomicBool,
-    wake: Mutex<Option<WakeTarget>>,
+    /// Where to connect to wake each running accept loop.
+    wake: Mutex<Vec<WakeTarget>>,
     /// Live connections: a handle on each socket, to shut it down.
     conns: Mutex<HashMap<u64, Stream>>,
     active: Mutex<usize>,
@@ -321,10 +323,11 @@ impl ShutdownHandle {
             return;
         }
         // Wake the accept loop by connecting to ourselves.
-        match &*self.inner.wake.lock() {
-            Some(WakeTarget::Unix(p)) => drop(UnixStream::connect(p)),
-            Some(WakeTarget::Tcp(a)) => drop(TcpStream::connect_timeout(a, Duration::from_secs(1))),
-            None => {}
+        for w in self.inner.wake.lock().iter() {
+            match w {
+                WakeTarget::Unix(p) => drop(UnixStream::connect(p)),
+                WakeTarget::Tcp(a) => drop(TcpStream::connect_timeout(a, Duration::from_secs(1))),
+            }
         }
     }
 
@@ -400,7 +403,7 @@ impl Server {
                 exports,
                 config,
                 stop: AtomicBool::new(false),
-                wake: Mutex::new(None),
+                wake: Mutex::new(Vec::new()),
                 conns: Mutex::new(HashMap::new()),
                 active: Mutex::new(0),
                 active_cv: Condvar::new(),
@@ -430,13 +433,15 @@ impl Server {
         Ok(RunningServer { handle, thread })
     }
 
-    /// Accepts and serves connections until [`ShutdownHandle::shutdown`];
-    /// then stops accepting, stops reading new requests, waits for in-flight
+    /// Accepts and serves connections until [`ShutdownHandle::shutdown`].
+    /// May run concurrently on several listeners (e.g. Unix and TCP) of
+    /// the same server; one shutdown stops them all. On shutdown it
+    /// stops accepting, stops reading new requests, waits for in-flight
     /// requests (up to `shutdown_grace`, after which connections are cut),
     /// flushes every export, and returns the first flush error.
     pub fn serve(&self, listener: Listener) -> io::Result<()> {
         let inner = &self.inner;
-        *inner.wake.lock() = listener.wake_target();
+        inner.wake.lock().extend(listener.wake_target());
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let mut next_id = 0u64;
         let mut accept_errors = 0u64;
@@ -615,9 +620,11 @@ const KEEP_BUF: usize = 1 << 20;
 
 fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
     let cfg = &inner.config;
-    let _ = stream.set_read_timeout(cfg.handshake_timeout);
     let read_half = match stream.try_clone() {
-        Ok(s) => s,
+        Ok(s) => ConnReader {
+            stream: s,
+            deadline: cfg.handshake_timeout.map(|t| Instant::now() + t),
+        },
         Err(e) => {
             log::warn!("{peer}: cannot clone socket: {e}");
             return;
@@ -655,7 +662,8 @@ fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
             return;
         }
     };
-    let _ = reader.get_ref().set_read_timeout(None);
+    reader.get_mut().deadline = None;
+    let _ = reader.get_ref().stream.set_read_timeout(None);
     let entry = &inner.exports[n.export];
     log::info!(
         "{peer}: serving export {:?} ({} bytes, flags {:#x}, structured replies {})",
@@ -709,6 +717,30 @@ fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
     // All workers have exited, so every queued request was answered.
     let _ = conn.writer.lock().shutdown(Shutdown::Both);
     log::debug!("{peer}: connection closed");
+}
+
+/// The read side of a connection. While `deadline` is set (during the
+/// handshake), every read is bounded by the time left, so a client cannot
+/// stretch the negotiation by dribbling bytes.
+struct ConnReader {
+    stream: Stream,
+    deadline: Option<Instant>,
+}
+
+impl Read for ConnReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(d) = self.deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "handshake deadline passed",
+                ));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
+        self.stream.read(buf)
+    }
 }
 
 /// Reads exactly `buf.len()` bytes; `Ok(false)` on a clean EOF before the

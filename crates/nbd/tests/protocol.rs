@@ -784,3 +784,59 @@ fn concurrent_clients_with_mixed_valid_and_invalid_requests_match_a_model() {
         }
     });
 }
+
+#[test]
+fn the_handshake_deadline_is_total_not_per_read() {
+    let cfg = ServerConfig {
+        handshake_timeout: Some(std::time::Duration::from_millis(300)),
+        ..ServerConfig::default()
+    };
+    let srv = start(mem(MIB), cfg);
+    let mut s = UnixStream::connect(&srv.sock).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    // Valid bytes (flags, then NBD_OPT_LIST after NBD_OPT_LIST), one every
+    // 20 ms: each read is quick, but the negotiation never ends.
+    let mut bytes = 1u32.to_be_bytes().to_vec();
+    for _ in 0..100 {
+        bytes.extend_from_slice(&ClientOption::List.encode());
+    }
+    let mut cut_off = false;
+    for b in bytes {
+        if s.write_all(&[b]).is_err() {
+            cut_off = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        cut_off,
+        "a dribbling client must be disconnected at the deadline"
+    );
+}
+
+#[test]
+fn one_server_can_serve_unix_and_tcp_at_once() {
+    init_log();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s");
+    let server = Arc::new(Server::single("", mem(MIB), ServerConfig::default()).unwrap());
+    let unix = Listener::bind_unix(&sock).unwrap();
+    let tcp = Listener::bind_tcp("127.0.0.1:0").unwrap();
+    let addr = tcp.tcp_addr().unwrap();
+    let handle = server.shutdown_handle();
+    let (s1, s2) = (server.clone(), server.clone());
+    let t1 = std::thread::spawn(move || s1.serve(unix));
+    let t2 = std::thread::spawn(move || s2.serve(tcp));
+    let mut c = RawClient::connect(&sock, false);
+    c.write(1, 0, &[4u8; 512], 0);
+    assert_eq!(c.reply().errno, 0);
+    c.disc();
+    let mut t = std::net::TcpStream::connect(addr).unwrap();
+    let mut g = [0u8; 18];
+    t.read_exact(&mut g).unwrap();
+    drop(t);
+    handle.shutdown();
+    t1.join().unwrap().unwrap();
+    t2.join().unwrap().unwrap();
+}
