@@ -84,7 +84,12 @@ fn halve_all(v: &mut [u8]) {
 
 /// Open CAS's `nhit` promotion policy: while the cache is less than
 /// `free_occupancy` full every miss is promoted; above that, a block is
-/// promoted on its `threshold`-th miss.
+/// promoted on its `threshold`-th miss. (OCF decides per request, promoting
+/// only when every line of it qualifies; the director asks per block.)
+///
+/// It is the baseline, not a default: a cache full of stale blocks is above
+/// the trigger from the start, so every block must miss `threshold` times
+/// before it may displace junk, and warm-up from a stale cache is slow.
 ///
 /// Misses are counted in a fixed-size, 4-way set-associative table of
 /// `max(capacity / 4, 1024)` entries (rounded up to whole sets): a 32-bit
@@ -214,6 +219,14 @@ pub const HOTSPOT_BLOCKS: u64 = 16;
 /// the victim, so junk lowers it. Against a live victim the rule keeps
 /// smq's protection: a one-off miss (level 1) does not displace a block
 /// whose region is being hit.
+///
+/// Pairing: the rule trusts `victim` to be the replacement's least valuable
+/// block. smq and LRU offer exactly that (stale blocks sink to the bottom).
+/// ARC and S3-FIFO offer the oldest block of their probationary queue (T1,
+/// the small FIFO), a newcomer, while junk that was hit before sits in T2 or
+/// the main FIFO: paired with them, this rule protects the junk (in the
+/// benchmark their warm-up from a stale cache never reaches 95%). Use
+/// `always` with ARC and S3-FIFO; they filter one-hit wonders themselves.
 #[derive(Clone, Debug)]
 pub struct HotspotAdmit {
     counters: Vec<u8>,

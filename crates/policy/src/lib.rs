@@ -7,6 +7,13 @@
 //! - [`SequentialDetector`]: whether an IO belongs to a sequential stream
 //!   that should bypass the cache.
 //!
+//! Replacement policies: [`Smq`] (the default), [`Lru`], [`S3Fifo`], [`Arc`]
+//! (the last two match libCacheSim's miss counts exactly on read-only
+//! traces: `tools/compare_libcachesim.py`). Admission: [`AlwaysAdmit`],
+//! [`NHitAdmit`] (Open CAS), [`HotspotAdmit`] (the default, after smq's
+//! hotspot queue). RAM per cache block at 1M blocks: smq + hotspot 22.8 B,
+//! lru 22.5 B, s3fifo 42.9 B, arc 44.9 B (`cargo bench -p tiercache-policy`).
+//!
 //! Time is always an argument. Nothing here reads a clock, sleeps, locks or
 //! touches a device, so the live engine and the simulator run exactly this
 //! code and get exactly the same decisions for the same request stream.
