@@ -192,7 +192,7 @@ fn run(engine: Arc<Engine>, cfg: CleanerConfig, sh: Arc<Shared>) {
             // noticed quickly.
             let batch = if idle || drain { n.min(256) } else { n };
             if let Err(e) = engine.clean(batch as usize) {
-                if last_error_log.is_none_or(|t| now.saturating_sub(t) > 10_000_000_000) {
+                if last_error_log.map_or(true, |t| now.saturating_sub(t) > 10_000_000_000) {
                     log::error!("writeback failed: {e}");
                     last_error_log = Some(now);
                 }

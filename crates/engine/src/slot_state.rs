@@ -14,6 +14,7 @@
 //!   slot), writes the data, and marks the slot ready under the director only
 //!   if the generation is still its own and the slot still holds its block.
 //!   A filler holds at most one fill lock at a time.
+//!
 //! Readers that find a slot not ready read the backing device instead.
 //!
 //! Cost: 4 bytes of RAM per cache block (fill locks are striped: fillers of

@@ -79,16 +79,23 @@ impl Model {
     }
 }
 
-fn run(
-    mode: CacheMode,
-    repl: ReplacementKind,
-    adm: AdmissionKind,
+/// One engine set-up for a model run.
+struct Setup {
+    stack: (CacheMode, ReplacementKind, AdmissionKind),
     block_size: u32,
     cache_blocks: u32,
     cutoff: u64,
     total_sectors: u64,
-    ops: Vec<Op>,
-) -> Result<(), TestCaseError> {
+}
+
+fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let Setup {
+        stack: (mode, repl, adm),
+        block_size,
+        cache_blocks,
+        cutoff,
+        total_sectors,
+    } = setup;
     let cfg = config(mode, repl, adm, block_size, cutoff);
     let r = rig(total_sectors * SECTOR, cache_blocks, &cfg);
     let mut model = Model {
@@ -167,7 +174,7 @@ proptest! {
     ) {
         let total = 2048 + extra_sectors.min(7);
         let ops: Vec<Op> = ops.into_iter().map(|o| clamp(o, total)).collect();
-        run(mode, repl, adm, block_size, cache_blocks, cutoff, total, ops)?;
+        run(Setup { stack: (mode, repl, adm), block_size, cache_blocks, cutoff, total_sectors: total }, ops)?;
     }
 }
 
@@ -231,8 +238,14 @@ fn every_stack_survives_a_fixed_mixed_workload() {
                 _ => Op::Clean(2),
             });
         }
-        run(mode, repl, adm, 8192, 16, 0, total, ops)
-            .unwrap_or_else(|e| panic!("{mode} {repl} {adm}: {e}"));
+        let setup = Setup {
+            stack: (mode, repl, adm),
+            block_size: 8192,
+            cache_blocks: 16,
+            cutoff: 0,
+            total_sectors: total,
+        };
+        run(setup, ops).unwrap_or_else(|e| panic!("{mode} {repl} {adm}: {e}"));
     }
 }
 
