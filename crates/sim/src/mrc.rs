@@ -255,6 +255,21 @@ impl Mrc {
     }
 }
 
+/// Mean absolute difference of two curves' miss ratios at `points` cache
+/// sizes evenly spaced from `max / points` to `max`, where `max` is the
+/// larger of the two curves' largest distances.
+pub fn mean_absolute_error(a: &Mrc, b: &Mrc, points: usize) -> f64 {
+    let max = a.max_distance().max(b.max_distance()).max(1);
+    let points = points.max(1);
+    let sum: f64 = (1..=points)
+        .map(|i| {
+            let c = (max as f64 * i as f64 / points as f64).round() as u64;
+            (a.miss_ratio(c) - b.miss_ratio(c)).abs()
+        })
+        .sum();
+    sum / points as f64
+}
+
 /// Builds an [`Mrc`] from a stream of block numbers.
 #[derive(Clone, Debug)]
 pub struct MrcBuilder {
@@ -274,6 +289,9 @@ pub struct MrcBuilder {
     tracked: Vec<bool>,
     max_blocks: u32,
     seed: u64,
+    /// Fixed-size: stored counts times `unit` are the counts at the current
+    /// rate (lowering the rate rescales all counts in O(1)).
+    unit: f64,
 }
 
 impl MrcBuilder {
@@ -299,6 +317,7 @@ impl MrcBuilder {
             tracked: Vec::new(),
             max_blocks,
             seed: 0x5851_F42D_4C95_7F2D,
+            unit: 1.0,
         }
     }
 
@@ -358,7 +377,7 @@ impl MrcBuilder {
                     self.heap.push((h, id));
                 }
                 let d = self.stack.access(id);
-                self.record(d, 1.0);
+                self.record(d, 1.0 / self.unit);
                 while self.heap.len() > self.max_blocks as usize {
                     // Lower the threshold to the largest tracked hash and
                     // drop every block at or above it.
@@ -369,16 +388,23 @@ impl MrcBuilder {
                         self.stack.remove(victim);
                     }
                     let new_rate = top as f64 / SHARDS_MODULUS as f64;
-                    let scale = new_rate / self.rate;
-                    for x in &mut self.hist {
-                        *x *= scale;
-                    }
-                    self.cold *= scale;
+                    self.unit *= new_rate / self.rate;
                     self.threshold = top;
                     self.rate = new_rate;
                 }
             }
         }
+    }
+
+    /// Feeds one reference by a dense id the caller assigned (first seen
+    /// = next unused id). Exact method only; the SHARDS methods hash block
+    /// numbers, so they need [`MrcBuilder::access`].
+    #[inline]
+    pub fn access_dense(&mut self, id: u32) {
+        debug_assert!(matches!(self.method, MrcMethod::Exact));
+        self.references += 1;
+        let d = self.stack.access(id);
+        self.record(d, 1.0);
     }
 
     /// References fed so far.
@@ -414,8 +440,9 @@ impl MrcBuilder {
                 (n, self.cold * up)
             }
             MrcMethod::ShardsFixedSize { .. } => {
-                // Counts are at the final rate; their total estimates R*N.
-                let up = 1.0 / self.rate;
+                // Counts times `unit` are at the final rate; their total
+                // estimates R*N.
+                let up = self.unit / self.rate;
                 for x in &mut hist {
                     *x *= up;
                 }
@@ -430,7 +457,10 @@ impl MrcBuilder {
             references,
             cold_misses: cold,
             hist,
-            tracked_blocks: self.ids.len() as u64,
+            tracked_blocks: match self.method {
+                MrcMethod::Exact => self.stack.live() as u64,
+                _ => self.ids.len() as u64,
+            },
         }
     }
 }

@@ -536,6 +536,17 @@ impl Iterator for Synthetic {
 
 impl ExactSizeIterator for Synthetic {}
 
+impl Synthetic {
+    /// Share of the requests emitted so far (0..=1).
+    pub fn fraction_done(&self) -> f64 {
+        if self.total == 0 {
+            1.0
+        } else {
+            self.emitted as f64 / self.total as f64
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
