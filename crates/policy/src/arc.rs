@@ -110,7 +110,10 @@ impl Arc {
     /// ghost. `in_ghost`/`in_b2`: where the missed block was found. Ghost
     /// entries dropped on the way (case IV) do not change the choice.
     fn plan_eviction(&self, in_ghost: bool, in_b2: bool) -> Option<(CacheBlock, bool)> {
-        if !in_ghost && self.t1() + self.b1() >= self.capacity() && self.b1() == 0 {
+        if !in_ghost
+            && self.t1() as u64 + self.b1() as u64 >= self.capacity() as u64
+            && self.b1() == 0
+        {
             // Case IV-A with B1 empty: T1 fills the cache; no ghost.
             self.lru_clean(T1).map(|s| (s, false))
         } else {
@@ -202,10 +205,12 @@ impl Replacement for Arc {
                 .expect("a clean block exists");
             if !in_ghost {
                 let c = self.capacity();
-                if self.t1() + self.b1() >= c {
+                if self.t1() as u64 + self.b1() as u64 >= c as u64 {
                     // Case IV-A: |T1| + |B1| = c.
                     self.drop_ghost_lru(B1);
-                } else if self.t1() + self.t2() + self.b1() + self.b2() >= 2 * c {
+                } else if self.t1() as u64 + self.t2() as u64 + self.b1() as u64 + self.b2() as u64
+                    >= 2 * c as u64
+                {
                     // Case IV-B with the directory full.
                     self.drop_ghost_lru(B2);
                 }
