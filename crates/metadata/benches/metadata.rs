@@ -234,7 +234,11 @@ fn main() {
     let name = format!(
         "file {} ({})",
         tmp.path().display(),
-        if f.direct_io() { "O_DIRECT" } else { "buffered" }
+        if f.direct_io() {
+            "O_DIRECT"
+        } else {
+            "buffered"
+        }
     );
     recovery(&name, Arc::new(f), slots);
 }

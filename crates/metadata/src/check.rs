@@ -283,8 +283,9 @@ fn conflict_problems(scan: &mut Scan) {
     let l = scan.sb.layout;
     let backing_blocks = scan.sb.backing.size.div_ceil(u64::from(l.block_size));
     let c = find_conflicts(&scan.map, backing_blocks);
-    let snap_block =
-        |slot: u32| l.area_start(scan.sb.active) + u64::from(slot) / SNAPSHOT_ENTRIES_PER_BLOCK as u64;
+    let snap_block = |slot: u32| {
+        l.area_start(scan.sb.active) + u64::from(slot) / SNAPSHOT_ENTRIES_PER_BLOCK as u64
+    };
     for (oblock, slots) in &c.duplicates {
         scan.report.push(
             Severity::Error,

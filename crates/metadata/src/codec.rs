@@ -126,7 +126,9 @@ pub enum DecodeError {
     WrongMagic { expected: String, found: String },
     #[error("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
     BadCrc { stored: u32, computed: u32 },
-    #[error("block says it is block {found}, but was read from block {expected} (misplaced write)")]
+    #[error(
+        "block says it is block {found}, but was read from block {expected} (misplaced write)"
+    )]
     WrongBlockNumber { expected: u64, found: u64 },
     #[error("unsupported format version {found} (this build reads version {FORMAT_VERSION})")]
     UnsupportedVersion { found: u32 },
@@ -384,7 +386,10 @@ pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
         u32::from(sb.backing.fingerprint.is_some()),
     );
     put_str(&mut b[SB_POLICY..SB_POLICY + POLICY_LEN], &sb.policy);
-    put_str(&mut b[SB_PATH..SB_PATH + PATH_HINT_LEN], &sb.backing.path_hint);
+    put_str(
+        &mut b[SB_PATH..SB_PATH + PATH_HINT_LEN],
+        &sb.backing.path_hint,
+    );
     seal(&mut b);
     b
 }

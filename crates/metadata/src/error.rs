@@ -33,8 +33,10 @@ pub enum MetadataError {
     },
 
     /// The backing device given is not the one this cache belongs to.
-    #[error("this cache belongs to backing device {expected}, but {found} was given; \
-             using the cache with another device would return wrong data")]
+    #[error(
+        "this cache belongs to backing device {expected}, but {found} was given; \
+             using the cache with another device would return wrong data"
+    )]
     WrongBackingDevice { expected: String, found: String },
 
     /// A metadata block is damaged (or inconsistent with the rest).

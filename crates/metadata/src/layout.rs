@@ -96,9 +96,7 @@ impl Layout {
     fn for_capacity(cap: u64, block_size: u32, journal_bytes: Option<u64>) -> Layout {
         let snapshot_blocks = cap.div_ceil(SNAPSHOT_ENTRIES_PER_BLOCK as u64).max(1);
         let jbytes = journal_bytes.unwrap_or_else(|| default_journal_bytes(cap));
-        let journal_blocks = jbytes
-            .div_ceil(META_BLOCK as u64)
-            .max(MIN_JOURNAL_BLOCKS);
+        let journal_blocks = jbytes.div_ceil(META_BLOCK as u64).max(MIN_JOURNAL_BLOCKS);
         let snapshot_a = 2;
         let snapshot_b = snapshot_a + snapshot_blocks;
         let journal_first = snapshot_b + snapshot_blocks;

@@ -19,8 +19,8 @@
 //! The crate knows nothing of the engine's locking: a store is used by one
 //! thread at a time (`&mut self`).
 
-pub mod codec;
 mod check;
+pub mod codec;
 mod error;
 mod layout;
 mod read;

@@ -40,7 +40,10 @@ enum Op {
         hint: u8,
     },
     /// `n` random updates.
-    Burst { seed: u64, n: u16 },
+    Burst {
+        seed: u64,
+        n: u16,
+    },
     Commit,
     Snapshot,
     SetMode,
@@ -133,14 +136,19 @@ static TORN_IGNORED: AtomicU64 = AtomicU64::new(0);
 
 fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCaseError> {
     CASES.fetch_add(1, Ordering::Relaxed);
-    let crash = Arc::new(CrashDevice::new(device_size(u64::from(slots), journal_blocks)));
+    let crash = Arc::new(CrashDevice::new(device_size(
+        u64::from(slots),
+        journal_blocks,
+    )));
     let mut fa = Arc::new(FailAfter::new(crash.clone(), i64::MAX));
     let mut store = Some(MetadataStore::format(fa.clone(), &params(journal_blocks)).unwrap());
     prop_assert_eq!(store.as_ref().unwrap().layout().capacity, slots);
     let mut durable: Mapping = vec![None; slots as usize];
     let modes = [CacheMode::WriteBack, CacheMode::WriteThrough];
     for (ri, r) in rounds.iter().enumerate() {
-        let s = store.take().expect("a store is open at the start of each round");
+        let s = store
+            .take()
+            .expect("a store is open at the start of each round");
         fa.set_budget(r.budget.map_or(i64::MAX, i64::from));
 
         let mut view = durable.clone();

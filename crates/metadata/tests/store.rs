@@ -32,7 +32,11 @@ fn format_open_round_trip_with_journal_and_snapshots() {
     for round in 0..20u64 {
         for k in 0..37u64 {
             let slot = ((round * 37 + k) * 7 % 1000) as u32;
-            let e = entry((round * 37 + k) % BACKING_BLOCKS, k % 3 == 0, (k % 64) as u8);
+            let e = entry(
+                (round * 37 + k) % BACKING_BLOCKS,
+                k % 3 == 0,
+                (k % 64) as u8,
+            );
             // Keep origin blocks unique, as the engine does.
             if let Some(old) = want.iter().position(|x| *x == e) {
                 s.record(old as u32, None).unwrap();
@@ -106,7 +110,11 @@ fn fingerprint_sees_start_and_end() {
     d.write_at(&[1u8; 512], (1 << 20) - 512).unwrap();
     let f1 = tiercache_metadata::fingerprint(&d).unwrap();
     d.write_at(&[1u8; 512], 1 << 19).unwrap();
-    assert_eq!(tiercache_metadata::fingerprint(&d).unwrap(), f1, "middle ignored");
+    assert_eq!(
+        tiercache_metadata::fingerprint(&d).unwrap(),
+        f1,
+        "middle ignored"
+    );
     assert_ne!(f0, f1);
     let id = BackingIdentity::of(&d, "/x").unwrap();
     assert_eq!(id.size, 1 << 20);
@@ -118,7 +126,10 @@ fn refuses_unformatted_future_and_featured_devices() {
     let dev = mem(600, 4);
     let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFormatted);
-    assert!(e.to_string().contains("not a tiercache cache device"), "{e}");
+    assert!(
+        e.to_string().contains("not a tiercache cache device"),
+        "{e}"
+    );
     assert_eq!(
         check(&*dev).worst(),
         Some(Severity::Error),
@@ -308,7 +319,9 @@ fn torn_commit_is_ignored_and_later_commits_are_never_confused_with_it() {
     let mut s = MetadataStore::format(dev.clone(), &params(16)).unwrap();
     s.record(0, entry(0, true, 0)).unwrap();
     s.commit().unwrap();
-    let first_journal_block = s.layout().journal_block_of(s.superblock().journal_start_seq);
+    let first_journal_block = s
+        .layout()
+        .journal_block_of(s.superblock().journal_start_seq);
     for slot in 1..800u32 {
         s.record(slot, entry(u64::from(slot), false, 0)).unwrap();
     }
@@ -317,15 +330,24 @@ fn torn_commit_is_ignored_and_later_commits_are_never_confused_with_it() {
     // Zero the middle block of the 3-block commit.
     write_block(&*dev, first_journal_block + 2, &vec![0u8; META_BLOCK]);
     let r = check(&*dev);
-    assert!(r.problems.iter().any(|p| p.message.contains("incomplete commit")), "{r}");
-    assert!(r.problems.iter().any(|p| p.message.contains("journal gap")), "{r}");
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.message.contains("incomplete commit")),
+        "{r}"
+    );
+    assert!(
+        r.problems.iter().any(|p| p.message.contains("journal gap")),
+        "{r}"
+    );
     let (mut s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.torn_commit_blocks_ignored, 1);
     assert_eq!(rec.journal_blocks_replayed, 1);
     assert_eq!(rec.mapping.iter().flatten().count(), 1);
     // A two-block commit now; the old third block must not join it.
     for slot in 100..500u32 {
-        s.record(slot, entry(u64::from(slot) + 1000, true, 0)).unwrap();
+        s.record(slot, entry(u64::from(slot) + 1000, true, 0))
+            .unwrap();
     }
     s.commit().unwrap();
     let want = s.mapping();
@@ -345,7 +367,7 @@ fn corrupt_snapshot_block_is_refused_then_repaired() {
     }
     s.snapshot().unwrap();
     s.snapshot().unwrap(); // the previous snapshot holds the same entries
-    // A journal record after the snapshot re-maps slot 0 (block 0 lost).
+                           // A journal record after the snapshot re-maps slot 0 (block 0 lost).
     s.record(0, entry(1500, true, 0)).unwrap();
     s.commit().unwrap();
     let area = s.layout().area_start(s.superblock().active);
@@ -383,7 +405,9 @@ fn repair_keeps_the_dirty_claimant_and_drops_clean_conflicts() {
     s.record(4, entry(60, false, 0)).unwrap();
     s.record(5, entry(70, true, 0)).unwrap();
     s.commit().unwrap();
-    let jb = s.layout().journal_block_of(s.superblock().journal_start_seq);
+    let jb = s
+        .layout()
+        .journal_block_of(s.superblock().journal_start_seq);
     drop(s);
     // Also a record beyond the backing device, sealed as valid.
     let mut b = read_block(&*dev, jb);

@@ -71,7 +71,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let img = if ctl & 1 == 1 {
-        let len = rest.len().clamp(2 * META_BLOCK, 1 << 20).div_ceil(META_BLOCK) * META_BLOCK;
+        let len = rest
+            .len()
+            .clamp(2 * META_BLOCK, 1 << 20)
+            .div_ceil(META_BLOCK)
+            * META_BLOCK;
         let mut img = vec![0u8; len];
         let n = rest.len().min(len);
         img[..n].copy_from_slice(&rest[..n]);

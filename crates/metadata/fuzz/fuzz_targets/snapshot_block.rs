@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tiercache_metadata::codec::{decode_snapshot_block, seal, SNAPSHOT_MAGIC, META_BLOCK};
+use tiercache_metadata::codec::{decode_snapshot_block, seal, META_BLOCK, SNAPSHOT_MAGIC};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&ctl, rest)) = data.split_first() else {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tiercache_metadata::codec::{decode_superblock, seal, SUPERBLOCK_MAGIC, META_BLOCK};
+use tiercache_metadata::codec::{decode_superblock, seal, META_BLOCK, SUPERBLOCK_MAGIC};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&ctl, rest)) = data.split_first() else {
