@@ -5,12 +5,12 @@
 
 CARGO ?= cargo
 
-.PHONY: run test deps lint unit
+.PHONY: run test deps lint unit fuzz
 
 run: deps
 	$(CARGO) run --release -p tiercache -- bench
 
-test: deps lint unit
+test: deps lint unit fuzz
 
 deps:
 	./scripts/install-deps.sh
@@ -22,3 +22,7 @@ lint:
 
 unit:
 	$(CARGO) test --workspace --release
+
+# Every fuzz target for a short while (FUZZ_SECONDS=3600 for a long run).
+fuzz:
+	./scripts/fuzz-smoke.sh
