@@ -18,6 +18,36 @@
 //!
 //! The crate knows nothing of the engine's locking: a store is used by one
 //! thread at a time (`&mut self`).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tiercache_device::MemDevice;
+//! use tiercache_metadata::{BackingIdentity, Entry, FormatParams, MetadataStore};
+//! use tiercache_types::CacheMode;
+//!
+//! let cache = Arc::new(MemDevice::new(16 << 20));
+//! let backing = BackingIdentity { size: 1 << 30, path_hint: "/dev/sdb".into(), fingerprint: None };
+//! let params = FormatParams {
+//!     block_size: 4096,
+//!     mode: CacheMode::WriteBack,
+//!     policy: "smq".into(),
+//!     journal_bytes: None,
+//!     backing: backing.clone(),
+//! };
+//! let mut store = MetadataStore::format(cache.clone(), &params)?;
+//! // The engine: cache slots start at store.layout().data_offset and there
+//! // are store.layout().capacity of them.
+//! // ... write block 77's data into slot 5, flush the cache device, then:
+//! store.record(5, Some(Entry { oblock: 77, dirty: true, hint: 0 }))?;
+//! store.commit()?; // durable from here on
+//! drop(store); // a crash
+//!
+//! let (store, recovered) = MetadataStore::open(cache, &backing)?;
+//! assert!(!recovered.was_clean_shutdown);
+//! assert_eq!(recovered.mapping[5], Some(Entry { oblock: 77, dirty: true, hint: 0 }));
+//! store.mark_clean_shutdown(&recovered.mapping, &backing)?;
+//! # Ok::<(), tiercache_metadata::MetadataError>(())
+//! ```
 
 mod check;
 pub mod codec;

@@ -281,7 +281,7 @@ fn crash_recovery_yields_an_acknowledged_state() {
     let cases = std::env::var("CRASH_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(800);
+        .unwrap_or(2500);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases,
         failure_persistence: None,

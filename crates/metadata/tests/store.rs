@@ -455,3 +455,10 @@ fn check_of_a_healthy_store_is_clean() {
     assert_eq!(r.journal_blocks_replayed, 1);
     assert!(r.to_string().contains("600 slots"));
 }
+
+#[test]
+fn store_can_move_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<MetadataStore>();
+    assert_send::<MetadataError>();
+}
