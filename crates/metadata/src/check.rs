@@ -216,7 +216,10 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
     let mut max_seq = replay.end_seq;
     let n = l.journal_blocks;
     let mut buf = vec![0u8; CHUNK_BLOCKS as usize * META_BLOCK];
-    let mut beyond = Vec::new();
+    // The first sequence the replay could not read.
+    let gap = replay.end_seq + replay.discarded;
+    // (seq, block, commit start, dirty records)
+    let mut beyond: Vec<(u64, u64, u64, usize)> = Vec::new();
     let mut pos = 0;
     while pos < n {
         let k = (n - pos).min(CHUNK_BLOCKS);
@@ -233,28 +236,50 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
             if let Ok(jb) = decode_journal_block(b, block) {
                 if jb.header.uuid == sb.uuid {
                     max_seq = max_seq.max(jb.header.seq);
-                    if jb.header.seq >= replay.end_seq + replay.discarded
-                        && jb.header.seq < sb.journal_start_seq + n
-                    {
-                        beyond.push((jb.header.seq, block));
+                    if jb.header.seq >= gap && jb.header.seq < sb.journal_start_seq + n {
+                        let dirty = jb
+                            .records
+                            .iter()
+                            .filter(|r| matches!(unpack(r.entry), Ok(Some(e)) if e.dirty))
+                            .count();
+                        beyond.push((jb.header.seq, block, jb.commit_start, dirty));
                     }
                 }
             }
         }
         pos += k;
     }
-    if !beyond.is_empty() {
-        beyond.sort_unstable();
+    beyond.sort_unstable();
+    // Commits run one at a time, each flushed before the next starts: a
+    // block of a commit that started after the gap proves the gap block
+    // was once durable (acknowledged) and has since been lost. Blocks of
+    // the commit that spans the gap are a commit torn by a crash.
+    type Found<'a> = Vec<&'a (u64, u64, u64, usize)>;
+    let (later, torn): (Found, Found) = beyond.iter().partition(|b| b.2 > gap);
+    if !torn.is_empty() {
         report.push(
             Severity::Warning,
-            Some(beyond[0].1),
+            Some(torn[0].1),
             format!(
-                "journal gap: the log ends at sequence {} but {} later valid journal blocks exist \
-                 (first: sequence {}); they are a commit that was in flight at a crash, or \
-                 commits cut off by a lost journal block",
-                replay.end_seq,
-                beyond.len(),
-                beyond[0].0
+                "journal gap: the log ends at sequence {gap} but {} later blocks of the commit \
+                 in progress there exist (first: sequence {}): a commit torn by a crash, never \
+                 acknowledged",
+                torn.len(),
+                torn[0].0
+            ),
+        );
+    }
+    if !later.is_empty() {
+        let dirty: usize = later.iter().map(|b| b.3).sum();
+        report.push(
+            Severity::Error,
+            Some(l.journal_block_of(gap)),
+            format!(
+                "journal gap: block at sequence {gap} is lost, but {} blocks of later \
+                 (acknowledged) commits follow it (first: sequence {}); their updates cannot be \
+                 replayed safely and are lost, including {dirty} records that mark slots dirty",
+                later.len(),
+                later[0].0
             ),
         );
     }

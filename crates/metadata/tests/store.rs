@@ -462,3 +462,35 @@ fn store_can_move_between_threads() {
     assert_send::<MetadataStore>();
     assert_send::<MetadataError>();
 }
+
+#[test]
+fn a_lost_acknowledged_journal_block_is_an_error_naming_the_dirty_records() {
+    let dev = mem(600, 16);
+    let mut s = MetadataStore::format(dev.clone(), &params(16)).unwrap();
+    let first = s
+        .layout()
+        .journal_block_of(s.superblock().journal_start_seq);
+    for i in 0..3u32 {
+        s.record(i, entry(u64::from(i), true, 0)).unwrap();
+        s.record(i + 10, entry(u64::from(i) + 10, false, 0))
+            .unwrap();
+        s.commit().unwrap();
+    }
+    drop(s);
+    // Bit rot in the middle commit's only block.
+    let mut b = read_block(&*dev, first + 1);
+    b[3000] ^= 1;
+    write_block(&*dev, first + 1, &b);
+    let r = check(&*dev);
+    let p = r
+        .problems
+        .iter()
+        .find(|p| p.message.contains("acknowledged"))
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(p.severity, Severity::Error);
+    assert!(p.message.contains("1 records that mark slots dirty"), "{r}");
+    assert_eq!(p.block, Some(first + 1));
+    // Open cannot tell this from a crash (it sees the first commit only).
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.mapping.iter().flatten().count(), 2);
+}
