@@ -56,11 +56,14 @@ const HARMLESS: &[&str] = &[
     "allrandrepeat",
 ];
 
+/// Option name -> (value, line number).
+type Options = BTreeMap<String, (String, u64)>;
+
 /// Parses fio job text. `section`: the job to take; `None` takes the first
 /// job section (any section other than `[global]`).
 pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
     // section name -> ordered options, plus the order of job sections.
-    let mut sections: Vec<(String, BTreeMap<String, (String, u64)>)> = Vec::new();
+    let mut sections: Vec<(String, Options)> = Vec::new();
     let mut current: Option<usize> = None;
     for (i, raw) in text.lines().enumerate() {
         let line_no = i as u64 + 1;

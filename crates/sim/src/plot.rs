@@ -22,10 +22,13 @@ fn plot_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
 
+/// (label, points, dashed).
+type Series = (String, Vec<(f64, f64)>, bool);
+
 /// Writes a 1200x800 PNG to `path`.
 pub fn write_png(r: &SimReport, path: &Path) -> Result<()> {
     // Series: (label, points, dashed?)
-    let mut series: Vec<(String, Vec<(f64, f64)>, bool)> = Vec::new();
+    let mut series: Vec<Series> = Vec::new();
     let mut labels: Vec<String> = Vec::new();
     for c in r.configs.iter().filter(|c| c.error.is_none()) {
         if !labels.contains(&c.policy) {
@@ -97,6 +100,12 @@ pub fn write_png(r: &SimReport, path: &Path) -> Result<()> {
         .clamp(0.01, 1.0)
         * 1.05;
 
+    // X is log2(bytes) on a linear axis from one whole power of two to
+    // another; with at most 14 labels plotters puts them on whole numbers
+    // (step 1, or 2 for wide ranges), i.e. on powers of two.
+    let (lx0, lx1) = (xmin.log2().floor(), xmax.log2().ceil());
+    let span = (lx1 - lx0).max(1.0) as usize;
+    let labels = if span <= 13 { span + 1 } else { span / 2 + 1 };
     let root = BitMapBackend::new(path, (1200, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let title = format!(
@@ -110,15 +119,16 @@ pub fn write_png(r: &SimReport, path: &Path) -> Result<()> {
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(75)
-        .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax)
+        .build_cartesian_2d(lx0..lx1, 0.0..ymax)
         .map_err(plot_err)?;
     chart
         .configure_mesh()
-        .x_desc("cache size")
+        .x_labels(labels)
+        .x_desc("cache size (log scale)")
         .y_desc("miss ratio (block references)")
         .axis_desc_style(("sans-serif", 18))
         .label_style(("sans-serif", 15))
-        .x_label_formatter(&|x| fmt_bytes(*x as u64))
+        .x_label_formatter(&|x| fmt_bytes(2f64.powf(*x).round() as u64))
         .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
         .draw()
         .map_err(plot_err)?;
@@ -128,10 +138,11 @@ pub fn write_png(r: &SimReport, path: &Path) -> Result<()> {
         } else {
             COLORS[i % COLORS.len()]
         };
+        let (lo, hi) = (2f64.powf(lx0), 2f64.powf(lx1));
         let pts: Vec<(f64, f64)> = pts
             .iter()
-            .copied()
-            .filter(|p| p.0 >= xmin && p.0 <= xmax)
+            .filter(|p| p.0 >= lo && p.0 <= hi)
+            .map(|&(x, y)| (x.log2(), y))
             .collect();
         let style = ShapeStyle {
             color: color.to_rgba(),

@@ -90,7 +90,11 @@ pub fn render_table(r: &SimReport) -> String {
             fmt_bytes(u * s.block_size as u64)
         );
     }
-    let _ = writeln!(out, ", {:.1} s of trace time", t.duration_s);
+    if t.timestamps {
+        let _ = writeln!(out, ", {:.1} s of trace time", t.duration_s);
+    } else {
+        let _ = writeln!(out, ", no timestamps (the IO counter is the clock)");
+    }
     if let Some(m) = &r.mrc {
         let _ = writeln!(
             out,

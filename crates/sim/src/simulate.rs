@@ -163,6 +163,10 @@ pub trait RequestSource {
     fn fraction_done(&self) -> Option<f64> {
         None
     }
+    /// Whether request times are real timestamps rather than IO counters.
+    fn has_timestamps(&self) -> bool {
+        false
+    }
 }
 
 impl RequestSource for TraceReader {
@@ -175,6 +179,9 @@ impl RequestSource for TraceReader {
             .filter(|&t| t > 0)
             .map(|t| (done as f64 / t as f64).min(1.0))
     }
+    fn has_timestamps(&self) -> bool {
+        TraceReader::has_timestamps(self)
+    }
 }
 
 impl RequestSource for crate::synth::Synthetic {
@@ -186,7 +193,8 @@ impl RequestSource for crate::synth::Synthetic {
     }
 }
 
-/// Any iterator of requests (no progress fraction).
+/// Any iterator of requests (no progress fraction; times taken as IO
+/// counters for reporting).
 pub struct IterSource<I>(pub I);
 
 impl<I: Iterator<Item = Request>> RequestSource for IterSource<I> {
@@ -312,6 +320,9 @@ pub struct TraceSummary {
     pub unique_blocks: Option<u64>,
     /// Time of the last request in seconds (virtual time).
     pub duration_s: f64,
+    /// Whether requests carried timestamps; if not, time was the IO counter
+    /// and `duration_s` means nothing.
+    pub timestamps: bool,
 }
 
 /// Everything a run produced.
@@ -791,6 +802,10 @@ pub fn simulate(
         ..
     } = *blocks;
     summary.unique_blocks = ids.as_ref().map(|m| m.len() as u64);
+    summary.timestamps = source.has_timestamps();
+    if !summary.timestamps {
+        summary.duration_s = 0.0;
+    }
 
     // OPT per size, in parallel.
     let mut opt = Vec::new();

@@ -213,6 +213,11 @@ impl Workload {
         if (self.jobs as u64).checked_mul(self.size).is_none() {
             return bad("jobs * size overflows".into());
         }
+        // The same checks as parsing (a Distribution can be built directly).
+        self.distribution
+            .to_string()
+            .parse::<Distribution>()
+            .map_err(|e| Error::Config(format!("workload: {e}")))?;
         Ok(())
     }
 
@@ -705,6 +710,30 @@ mod tests {
         // Deterministic.
         let again: Vec<Request> = w.requests().unwrap().collect();
         assert_eq!(reqs, again);
+    }
+
+    #[test]
+    fn directly_built_bad_distributions_are_rejected() {
+        for d in [
+            Distribution::Zipf {
+                theta: 1.0,
+                center: None,
+            },
+            Distribution::Pareto {
+                h: 1.0,
+                center: None,
+            },
+            Distribution::Normal {
+                dev_pct: 5.0,
+                center: Some(2.0),
+            },
+        ] {
+            let w = Workload {
+                distribution: d,
+                ..Workload::default()
+            };
+            assert!(w.requests().is_err(), "{d}");
+        }
     }
 
     #[test]

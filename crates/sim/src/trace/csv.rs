@@ -87,9 +87,7 @@ impl FromStr for CsvMapping {
                 "time" => m.time = Some(col()?),
                 "offset" => m.offset = col()?,
                 "len" | "length" | "size" => m.len = Some(col()?),
-                "fixed_len" => {
-                    m.fixed_len = Some(tiercache_types::parse_size(v).map_err(|e| bad(e))?)
-                }
+                "fixed_len" => m.fixed_len = Some(tiercache_types::parse_size(v).map_err(&bad)?),
                 "op" | "type" => m.op = Some(col()?),
                 "op_read" => m.op_read = Some(v.to_string()),
                 "op_write" => m.op_write = Some(v.to_string()),
@@ -99,7 +97,7 @@ impl FromStr for CsvMapping {
                         "byte" | "bytes" | "b" => 1,
                         "sector" | "sectors" | "512" => SECTOR_SIZE,
                         other => match other.strip_prefix("block:") {
-                            Some(bs) => tiercache_types::parse_size(bs).map_err(|e| bad(e))?,
+                            Some(bs) => tiercache_types::parse_size(bs).map_err(&bad)?,
                             None => {
                                 return Err(bad(format!(
                                     "unit={v}: expected byte, sector or block:BYTES"

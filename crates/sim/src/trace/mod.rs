@@ -336,6 +336,7 @@ pub struct TraceReader {
     buf: Vec<u8>,
     index: u64,
     first_time: Option<u64>,
+    saw_time: bool,
     done: bool,
     raw_bytes: Arc<AtomicU64>,
     raw_total: Option<u64>,
@@ -429,6 +430,7 @@ impl TraceReader {
             buf: Vec::with_capacity(256),
             index: 0,
             first_time: None,
+            saw_time: false,
             done: false,
             raw_bytes,
             raw_total,
@@ -442,6 +444,12 @@ impl TraceReader {
     /// (bytes of the file consumed so far, file size if known): for progress.
     pub fn progress_bytes(&self) -> (u64, Option<u64>) {
         (self.raw_bytes.load(Ordering::Relaxed), self.raw_total)
+    }
+
+    /// Whether the records read so far carried timestamps (else
+    /// [`Request::time`] is the IO counter).
+    pub fn has_timestamps(&self) -> bool {
+        self.saw_time
     }
 
     /// The volumes seen so far and their index (offset prefix `i << 50`).
@@ -511,6 +519,7 @@ impl TraceReader {
             }
             let time = match rec.time_ns {
                 Some(t) => {
+                    self.saw_time = true;
                     let first = *self.first_time.get_or_insert(t);
                     Time(t.saturating_sub(first))
                 }
