@@ -40,6 +40,8 @@ enum Command {
         #[command(flatten)]
         control: ControlArgs,
     },
+    /// Reproduce the field study side by side (fio over NBD): report, plots.
+    Bench(tiercache_bench::BenchArgs),
 }
 
 /// Where to find a running server.
@@ -290,6 +292,9 @@ fn main() {
         Command::SetMode { mode, control } => {
             control_call(&control, control::Request::SetMode { mode }, "set-mode")
         }
+        Command::Bench(a) => std::env::current_exe()
+            .map_err(Into::into)
+            .and_then(|exe| tiercache_bench::run(&a, &exe)),
     };
     if let Err(e) = result {
         eprintln!("tiercache: error: {e:#}");
