@@ -162,17 +162,22 @@ impl S3Fifo {
     }
 
     /// One eviction, as libCacheSim's `S3FIFO_evict` (called when full).
+    /// Returns None only if no clean block is resident.
     fn evict(&mut self) -> Option<OriginBlock> {
         self.has_evicted = true;
-        if self.evict_from_main() {
-            // Main may hold only dirty blocks: then fall back to small.
-            self.evict_main().or_else(|| self.evict_small())
+        let first = if self.evict_from_main() {
+            self.evict_main()
         } else {
-            // Small may empty itself into main without evicting (all its
-            // blocks hot): libCacheSim then calls evict again, which finds
-            // small empty and evicts from main.
-            self.evict_small().or_else(|| self.evict_main())
-        }
+            self.evict_small()
+        };
+        // Main may hold no clean block (its share all dirty), and small may
+        // empty itself into main without evicting (all its blocks hot; then
+        // libCacheSim calls evict again, which finds small empty and evicts
+        // from main). One more round of each always finds a clean block if
+        // there is one: whatever small held is in main by then.
+        first
+            .or_else(|| self.evict_small())
+            .or_else(|| self.evict_main())
     }
 
     /// The first block in `list` order, among the first `PEEK_SCAN`, with
@@ -290,9 +295,7 @@ impl Replacement for S3Fifo {
             return None;
         }
         let main = || self.scan_min(MAIN, |f| f);
-        let c = if self.evict_from_main() {
-            main().or_else(|| self.slots.front(SMALL))
-        } else {
+        let small = || {
             let cold = self.scan_min(SMALL, |f| u8::from(f >= MOVE_TO_MAIN_THRESHOLD));
             match cold {
                 Some(c) if self.freq(c) < MOVE_TO_MAIN_THRESHOLD => Some(c),
@@ -303,6 +306,11 @@ impl Replacement for S3Fifo {
                     .filter(|&c| self.freq(c) == 0)
                     .or_else(|| self.slots.front(SMALL)),
             }
+        };
+        let c = if self.evict_from_main() {
+            main().or_else(small)
+        } else {
+            small()
         };
         c.and_then(|c| self.slots.oblock_of(c))
     }
@@ -420,6 +428,21 @@ mod tests {
         assert_eq!(p.peek_victim(), Some(OriginBlock(5)));
         let ins = p.insert(OriginBlock(99), Time(0)).unwrap();
         assert_eq!(ins.evicted, Some(OriginBlock(5)));
+        assert_eq!(p.dirty_len(), 19);
+    }
+
+    #[test]
+    fn hot_small_blocks_behind_an_all_dirty_main_still_make_room() {
+        let mut p = S3Fifo::new(20); // small 2, main 18
+        for o in 0..19u64 {
+            assert!(p.restore(OriginBlock(o), CacheBlock(o as u32), true, 4));
+        }
+        assert!(p.restore(OriginBlock(19), CacheBlock(19), false, 3));
+        // Main is over its share, all dirty; the one small block is hot
+        // (freq 3): it moves to main, and is then evicted from main.
+        assert_eq!(p.peek_victim(), Some(OriginBlock(19)));
+        let ins = p.insert(OriginBlock(99), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(19)));
         assert_eq!(p.dirty_len(), 19);
     }
 
