@@ -29,11 +29,16 @@ enum Op {
 }
 
 fn op(keys: u64, capacity: u32) -> impl Strategy<Value = Op> {
+    op_weighted(keys, capacity, 2)
+}
+
+/// `dirty`: weight of set_dirty among the operations (touch 4, insert 6).
+fn op_weighted(keys: u64, capacity: u32, dirty: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..keys, any::<bool>()).prop_map(|(k, w)| Op::Touch(k, w)),
         6 => (0..keys).prop_map(Op::Insert),
         1 => (0..keys).prop_map(Op::Remove),
-        2 => (0..keys, any::<bool>()).prop_map(|(k, d)| Op::SetDirty(k, d)),
+        dirty => (0..keys, proptest::bool::weighted(0.8)).prop_map(|(k, d)| Op::SetDirty(k, d)),
         1 => (0..keys, 0..capacity, any::<bool>(), any::<u8>())
             .prop_map(|(k, c, d, h)| Op::Restore(k, c, d, h)),
     ]
@@ -208,6 +213,22 @@ proptest! {
     ) {
         for &kind in ReplacementKind::ALL {
             run(kind, 100, &ops)?;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Mostly dirty caches of 20..40 blocks: S3-FIFO's small FIFO has two or
+    /// more blocks, main's share can be all dirty, hot blocks pile up.
+    #[test]
+    fn every_policy_keeps_the_contract_when_mostly_dirty(
+        capacity in 20u32..40,
+        ops in proptest::collection::vec(op_weighted(60, 40, 6), 1..800),
+    ) {
+        for &kind in ReplacementKind::ALL {
+            run(kind, capacity, &ops)?;
         }
     }
 }
