@@ -529,6 +529,14 @@ impl MetadataStore {
         self.edit_superblock(|s| s.mode = mode)
     }
 
+    /// Durably records the replacement policy's name (at most 32 bytes are
+    /// stored). Saved hints belong to the policy named here; a caller that
+    /// changes policy should record the new name and ignore old hints.
+    pub fn set_policy(&mut self, policy: &str) -> Result<()> {
+        let policy = policy.to_string();
+        self.edit_superblock(move |s| s.policy = policy)
+    }
+
     fn edit_superblock(&mut self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
         if self.failed {
             return Err(MetadataError::Failed);

@@ -208,10 +208,12 @@ fn mode_and_detached_persist() {
     let mut s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
     s.set_mode(CacheMode::WriteAround).unwrap();
     s.set_detached(true).unwrap();
+    s.set_policy("lru").unwrap();
     drop(s);
     let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
     assert_eq!(rec.superblock.mode, CacheMode::WriteAround);
     assert!(rec.superblock.detached);
+    assert_eq!(rec.superblock.policy, "lru");
 }
 
 #[test]
