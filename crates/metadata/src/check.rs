@@ -1,11 +1,11 @@
 //! Offline consistency check and repair.
 
-use crate::codec::{decode_journal_block, unpack, Superblock, META_BLOCK};
+use crate::codec::{unpack, Superblock};
 use crate::error::{MetadataError, Result};
 use crate::layout::SNAPSHOT_ENTRIES_PER_BLOCK;
 use crate::read::{
-    check_features, choose_superblock, entries_in_block, find_conflicts, read_blocks,
-    read_snapshot, read_superblocks, replay_journal, CHUNK_BLOCKS,
+    check_features, choose_superblock, entries_in_block, find_conflicts, read_snapshot,
+    read_superblocks, replay_journal, scan_beyond, Beyond,
 };
 use crate::store::MetadataStore;
 use std::fmt;
@@ -213,64 +213,29 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
 
     // Journal gaps: valid blocks of this cache and epoch beyond the end of
     // the log.
-    let mut max_seq = replay.end_seq;
-    let n = l.journal_blocks;
-    let mut buf = vec![0u8; CHUNK_BLOCKS as usize * META_BLOCK];
-    // The first sequence the replay could not read.
     let gap = replay.end_seq + replay.discarded;
-    // (seq, block, commit start, dirty records)
-    let mut beyond: Vec<(u64, u64, u64, usize)> = Vec::new();
-    let mut pos = 0;
-    while pos < n {
-        let k = (n - pos).min(CHUNK_BLOCKS);
-        read_blocks(
-            dev,
-            l.journal_first + pos,
-            &mut buf[..k as usize * META_BLOCK],
-        )?;
-        for (i, b) in buf[..k as usize * META_BLOCK]
-            .chunks(META_BLOCK)
-            .enumerate()
-        {
-            let block = l.journal_first + pos + i as u64;
-            if let Ok(jb) = decode_journal_block(b, block) {
-                if jb.header.uuid == sb.uuid {
-                    max_seq = max_seq.max(jb.header.seq);
-                    if jb.header.seq >= gap && jb.header.seq < sb.journal_start_seq + n {
-                        let dirty = jb
-                            .records
-                            .iter()
-                            .filter(|r| matches!(unpack(r.entry), Ok(Some(e)) if e.dirty))
-                            .count();
-                        beyond.push((jb.header.seq, block, jb.commit_start, dirty));
-                    }
-                }
-            }
-        }
-        pos += k;
-    }
-    beyond.sort_unstable();
+    let (beyond, max_seq) = scan_beyond(dev, &sb, gap)?;
+    let max_seq = max_seq.max(replay.end_seq);
     // Commits run one at a time, each flushed before the next starts: a
     // block of a commit that started after the gap proves the gap block
     // was once durable (acknowledged) and has since been lost. Blocks of
     // the commit that spans the gap are a commit torn by a crash.
-    type Found<'a> = Vec<&'a (u64, u64, u64, usize)>;
-    let (later, torn): (Found, Found) = beyond.iter().partition(|b| b.2 > gap);
+    let (later, torn): (Vec<&Beyond>, Vec<&Beyond>) = beyond.iter().partition(|b| b.later);
     if !torn.is_empty() {
         report.push(
             Severity::Warning,
-            Some(torn[0].1),
+            Some(torn[0].block),
             format!(
                 "journal gap: the log ends at sequence {gap} but {} later blocks of the commit \
                  in progress there exist (first: sequence {}): a commit torn by a crash, never \
                  acknowledged",
                 torn.len(),
-                torn[0].0
+                torn[0].seq
             ),
         );
     }
     if !later.is_empty() {
-        let dirty: usize = later.iter().map(|b| b.3).sum();
+        let dirty: usize = later.iter().map(|b| b.dirty_records).sum();
         report.push(
             Severity::Error,
             Some(l.journal_block_of(gap)),
@@ -279,7 +244,7 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
                  (acknowledged) commits follow it (first: sequence {}); their updates cannot be \
                  replayed safely and are lost, including {dirty} records that mark slots dirty",
                 later.len(),
-                later[0].0
+                later[0].seq
             ),
         );
     }

@@ -322,6 +322,67 @@ pub(crate) fn replay_journal(
     Ok(r)
 }
 
+/// A valid journal block of the current epoch found at or after the end of
+/// the log.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Beyond {
+    pub seq: u64,
+    pub block: u64,
+    /// Belongs to a commit that started after the gap. Commits run one at
+    /// a time, each flushed before the next starts, so such a block proves
+    /// the block at the gap was once durable (acknowledged) and was lost.
+    /// Otherwise it is part of the commit spanning the gap: torn by a crash.
+    pub later: bool,
+    /// Its records that mark a slot dirty.
+    pub dirty_records: usize,
+}
+
+/// Reads the whole journal ring; returns the valid blocks of this cache
+/// with sequences in `[gap, journal_start_seq + journal_blocks)`, sorted,
+/// and the highest journal sequence of this cache seen anywhere.
+pub(crate) fn scan_beyond(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    gap: u64,
+) -> Result<(Vec<Beyond>, u64)> {
+    let l = &sb.layout;
+    let n = l.journal_blocks;
+    let mut buf = vec![0u8; CHUNK_BLOCKS as usize * META_BLOCK];
+    let mut found = Vec::new();
+    let mut max_seq = 0;
+    let mut pos = 0;
+    while pos < n {
+        let k = (n - pos).min(CHUNK_BLOCKS);
+        let chunk = &mut buf[..k as usize * META_BLOCK];
+        read_blocks(dev, l.journal_first + pos, chunk)?;
+        for (i, b) in chunk.chunks(META_BLOCK).enumerate() {
+            let block = l.journal_first + pos + i as u64;
+            let Ok(jb) = decode_journal_block(b, block) else {
+                continue;
+            };
+            if jb.header.uuid != sb.uuid {
+                continue;
+            }
+            max_seq = max_seq.max(jb.header.seq);
+            if jb.header.seq >= gap && jb.header.seq < sb.journal_start_seq + n {
+                found.push(Beyond {
+                    seq: jb.header.seq,
+                    block,
+                    later: jb.commit_start > gap,
+                    dirty_records: jb
+                        .records
+                        .iter()
+                        .filter(|r| matches!(crate::codec::unpack(r.entry), Ok(Some(e)) if e.dirty))
+                        .count(),
+                });
+            }
+        }
+        pos += k;
+    }
+    found.sort_unstable();
+    Ok((found, max_seq))
+}
+
 /// Origin blocks claimed by more than one slot, and slots whose origin
 /// block lies beyond the backing device (`backing_blocks` blocks).
 pub(crate) struct Conflicts {

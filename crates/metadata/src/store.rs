@@ -10,7 +10,7 @@ use crate::error::{MetadataError, Result};
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 use crate::read::{
     check_features, choose_superblock, entries_in_block, find_conflicts, flush, read_snapshot,
-    read_superblocks, replay_journal, write_blocks, CHUNK_BLOCKS,
+    read_superblocks, replay_journal, scan_beyond, write_blocks, CHUNK_BLOCKS,
 };
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
@@ -292,6 +292,29 @@ impl MetadataStore {
         }
         let mut map = read_snapshot(&*dev, &sb, None)?;
         let replay = replay_journal(&*dev, &sb, &mut map, true, |_, _| {})?;
+        if !sb.clean_shutdown {
+            // A crash explains a torn last commit, never a lost block
+            // followed by later commits: that lost acknowledged updates
+            // (perhaps dirty ones), which must not pass silently.
+            let gap = replay.end_seq + replay.discarded;
+            let (beyond, _) = scan_beyond(&*dev, &sb, gap)?;
+            if let Some(b) = beyond.iter().find(|b| b.later) {
+                let dirty: usize = beyond
+                    .iter()
+                    .filter(|b| b.later)
+                    .map(|b| b.dirty_records)
+                    .sum();
+                return Err(MetadataError::corrupt(
+                    format!(
+                        "journal block of sequence {gap} is lost but later committed blocks \
+                         exist (first: sequence {}, {dirty} records marking slots dirty); \
+                         acknowledged updates cannot be replayed",
+                        b.seq
+                    ),
+                    l.journal_block_of(gap),
+                ));
+            }
+        }
         let bblocks = backing_blocks(sb.backing.size, l.block_size);
         let conflicts = find_conflicts(&map, bblocks);
         if let Some((oblock, slots)) = conflicts.duplicates.first() {

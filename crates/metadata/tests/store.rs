@@ -492,7 +492,17 @@ fn a_lost_acknowledged_journal_block_is_an_error_naming_the_dirty_records() {
     assert_eq!(p.severity, Severity::Error);
     assert!(p.message.contains("1 records that mark slots dirty"), "{r}");
     assert_eq!(p.block, Some(first + 1));
-    // Open cannot tell this from a crash (it sees the first commit only).
+    // Open refuses rather than silently losing acknowledged dirty data.
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(
+        e.to_string().contains("1 records marking slots dirty"),
+        "{e}"
+    );
+    // Repair salvages the first commit; the loss is in its report.
+    let r = repair(dev.clone()).unwrap();
+    assert_eq!(r.worst(), Some(Severity::Error));
     let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping.iter().flatten().count(), 2);
+    assert!(check(&*dev).is_clean());
 }
