@@ -610,8 +610,8 @@ pub enum Verdict {
 }
 
 /// Decides what to do with a request, following the spec's error rules:
-/// unknown command or flag, or over-maximum length -> `EINVAL`; write to a
-/// read-only export -> `EPERM`; write or write-zeroes beyond the end ->
+/// unknown command or flag, or over-maximum length -> `EINVAL`; write, trim
+/// or write-zeroes on a read-only export -> `EPERM`; write or write-zeroes beyond the end ->
 /// `ENOSPC`; read or trim beyond the end -> `EINVAL`; unaligned -> `EINVAL`.
 /// A write payload larger than [`TransmissionContext::discard_limit`] leads
 /// to a hard disconnect. Pure; never panics.
@@ -643,6 +643,12 @@ pub fn validate_request(h: &RequestHeader, ctx: &TransmissionContext) -> Verdict
         CMD_WRITE_ZEROES => (FLAG_SEND_WRITE_ZEROES, CMD_FLAG_NO_HOLE),
         _ => return reject(EINVAL, "unknown command"),
     };
+    // Before the capability check: a read-only export advertises neither
+    // TRIM nor WRITE_ZEROES, yet the spec wants EPERM for them.
+    let writes = matches!(h.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
+    if writes && advertised(FLAG_READ_ONLY) {
+        return reject(EPERM, "export is read-only");
+    }
     if needed_flag != 0 && !advertised(needed_flag) {
         return reject(EINVAL, "command not advertised");
     }
@@ -657,10 +663,6 @@ pub fn validate_request(h: &RequestHeader, ctx: &TransmissionContext) -> Verdict
     let fua = h.flags & CMD_FLAG_FUA != 0;
     if h.kind == CMD_FLUSH {
         return Verdict::Execute(Command::Flush);
-    }
-    let writes = matches!(h.kind, CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES);
-    if writes && advertised(FLAG_READ_ONLY) {
-        return reject(EPERM, "export is read-only");
     }
     if h.kind != CMD_TRIM && h.length > ctx.max_block {
         return reject(EINVAL, "length exceeds the maximum block size");
@@ -903,6 +905,21 @@ mod tests {
         );
         assert_eq!(
             errno_of(validate_request(&req(CMD_TRIM, 0, 0, 512), &ro)),
+            EPERM
+        );
+        let ro_bare = TransmissionContext {
+            flags: FLAG_HAS_FLAGS | FLAG_READ_ONLY,
+            ..c
+        };
+        assert_eq!(
+            errno_of(validate_request(
+                &req(CMD_WRITE_ZEROES, 0, 0, 512),
+                &ro_bare
+            )),
+            EPERM
+        );
+        assert_eq!(
+            errno_of(validate_request(&req(CMD_TRIM, 0, 0, 512), &ro_bare)),
             EPERM
         );
         let no_flush = TransmissionContext {

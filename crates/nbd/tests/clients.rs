@@ -242,7 +242,29 @@ fn nbdcopy_multi_conn_round_trip() {
     assert!(std::fs::read(&out).unwrap() == data);
 }
 
-/// Undoes the mounts of the nbdfuse test even if it fails half-way.
+/// Runs `args` until it succeeds (up to ~5 s: on a shared machine a
+/// mount can be briefly busy, e.g. while something probes the device).
+fn retry(args: &[&std::ffi::OsStr]) -> bool {
+    for _ in 0..50 {
+        let ok = Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if ok {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    false
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// Undoes the mounts of the nbdfuse test even if it fails half-way, falling
+/// back to lazy unmounts, and never waits unboundedly for nbdfuse.
 struct FsCleanup {
     fs_mount: Option<std::path::PathBuf>,
     loop_dev: Option<String>,
@@ -253,15 +275,26 @@ struct FsCleanup {
 impl Drop for FsCleanup {
     fn drop(&mut self) {
         if let Some(m) = self.fs_mount.take() {
-            let _ = Command::new("umount").arg(&m).status();
+            if !retry(&[os("umount"), m.as_os_str()]) {
+                let _ = Command::new("umount").arg("-l").arg(&m).status();
+            }
         }
         if let Some(l) = self.loop_dev.take() {
-            let _ = Command::new("losetup").args(["-d", &l]).status();
+            retry(&[os("losetup"), os("-d"), os(&l)]);
         }
         if let Some(m) = self.fuse_mount.take() {
-            let _ = Command::new("fusermount3").arg("-u").arg(&m).status();
+            if !retry(&[os("fusermount3"), os("-u"), m.as_os_str()]) {
+                let _ = Command::new("fusermount3").arg("-uz").arg(&m).status();
+            }
         }
         if let Some(mut c) = self.child.take() {
+            for _ in 0..100 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = c.kill();
             let _ = c.wait();
         }
     }
@@ -348,7 +381,7 @@ fn nbdfuse_losetup_mkfs_ext4_round_trip() {
     for (name, data) in &files {
         std::fs::write(fs.join(name), data).unwrap();
     }
-    run(Command::new("umount").arg(&fs));
+    assert!(retry(&[os("umount"), fs.as_os_str()]), "umount failed");
     guard.fs_mount = None;
     run(Command::new("e2fsck").args(["-fn", &dev]));
     // Mount again and read everything back.

@@ -220,6 +220,10 @@ fn read_only_exports_refuse_writes_with_eperm() {
     );
     c.write(1, 0, &[1u8; 512], 0);
     assert_eq!(c.reply().errno, proto::EPERM);
+    c.send(CMD_TRIM, 0, 3, 0, 512);
+    assert_eq!(c.reply().errno, proto::EPERM);
+    c.send(CMD_WRITE_ZEROES, 0, 4, 0, 512);
+    assert_eq!(c.reply().errno, proto::EPERM);
     c.send(CMD_READ, 0, 2, 0, 512);
     assert_eq!(c.reply().errno, 0);
     c.disc();
