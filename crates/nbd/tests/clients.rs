@@ -135,7 +135,8 @@ fn fio_randrw_verify_with_disjoint_writers_and_overlapping_readers() {
     let uri = srv.uri();
     // Four writers on disjoint 8 MiB ranges verify their own data with
     // crc32c; two readers sweep the whole device concurrently.
-    let out = run(Command::new("fio").args([
+    // fio writes verify state files into its working directory.
+    let out = run(Command::new("fio").current_dir(srv.dir.path()).args([
         "--output-format=json",
         "--name=global",
         "--ioengine=nbd",
