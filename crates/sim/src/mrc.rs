@@ -8,9 +8,9 @@
 //! every cache size at once.
 //!
 //! Exact method: every reference is a slot on a timeline; the slot of each
-//! block's latest reference is marked in a Fenwick tree; the distance is the
-//! number of marked slots after the block's previous slot, O(log n) per
-//! reference. The timeline is compacted (live slots renumbered in order)
+//! block's latest reference is marked (a bitmap, with a Fenwick tree over
+//! its 64-bit words); the distance is the number of marked slots after the
+//! block's previous slot, O(log n) per reference. The timeline is compacted (live slots renumbered in order)
 //! whenever it fills up, so the tree has about 2-4 slots per distinct block
 //! rather than one per reference: memory O(distinct blocks) and a tree that
 //! stays cache-friendly.
@@ -36,13 +36,19 @@ use std::collections::BinaryHeap;
 const NONE: u32 = u32::MAX;
 
 /// Exact LRU stack distances over dense ids.
+///
+/// Live slots are bits in a bitmap; a Fenwick tree counts live slots per
+/// 64-slot word. The tree is 64 times smaller than one over slots (a few
+/// hundred KiB for millions of blocks), so it stays in cache.
 #[derive(Clone, Debug)]
 pub struct StackDistance {
     /// id -> slot of its latest reference (NONE: not tracked).
     last: Vec<u32>,
-    /// slot -> id (NONE: not live).
+    /// slot -> id (NONE: not live); read only when compacting.
     owner: Vec<u32>,
-    /// Fenwick tree over slots, 1-based internally.
+    /// Live-slot bitmap.
+    bits: Vec<u64>,
+    /// Fenwick tree over the popcounts of `bits` words, 1-based.
     tree: Vec<u32>,
     next_slot: u32,
     live: u32,
@@ -56,14 +62,16 @@ impl Default for StackDistance {
 
 impl StackDistance {
     pub fn new() -> Self {
-        let cap = 1024;
-        StackDistance {
+        let mut s = StackDistance {
             last: Vec::new(),
-            owner: vec![NONE; cap],
-            tree: vec![0; cap + 1],
+            owner: Vec::new(),
+            bits: Vec::new(),
+            tree: Vec::new(),
             next_slot: 0,
             live: 0,
-        }
+        };
+        s.rebuild(1024);
+        s
     }
 
     /// Distinct ids currently tracked.
@@ -72,19 +80,19 @@ impl StackDistance {
     }
 
     #[inline]
-    fn add(&mut self, slot: u32, delta: i32) {
+    fn tree_add(&mut self, word: usize, delta: u32) {
         let n = self.tree.len();
-        let mut i = slot as usize + 1;
+        let mut i = word + 1;
         while i < n {
-            self.tree[i] = self.tree[i].wrapping_add(delta as u32);
+            self.tree[i] = self.tree[i].wrapping_add(delta);
             i += i & i.wrapping_neg();
         }
     }
 
-    /// Marked slots in [0, slot].
+    /// Live slots in words [0, word).
     #[inline]
-    fn prefix(&self, slot: u32) -> u32 {
-        let mut i = slot as usize + 1;
+    fn tree_prefix(&self, word: usize) -> u32 {
+        let mut i = word;
         let mut s = 0u32;
         while i > 0 {
             s = s.wrapping_add(self.tree[i]);
@@ -93,35 +101,72 @@ impl StackDistance {
         s
     }
 
-    /// Renumbers live slots 0..live and resizes the timeline to hold at
-    /// least as many free slots as live ones.
-    fn compact(&mut self) {
-        let live = self.live as usize;
-        let cap = (live * 3).max(1024);
+    #[inline]
+    fn set(&mut self, slot: u32) {
+        let w = slot as usize / 64;
+        self.bits[w] |= 1 << (slot % 64);
+        self.tree_add(w, 1);
+    }
+
+    #[inline]
+    fn clear(&mut self, slot: u32) {
+        let w = slot as usize / 64;
+        self.bits[w] &= !(1 << (slot % 64));
+        self.tree_add(w, u32::MAX); // -1
+    }
+
+    /// Live slots in [0, slot].
+    #[inline]
+    fn prefix(&self, slot: u32) -> u32 {
+        let w = slot as usize / 64;
+        let b = slot % 64;
+        let mask = if b == 63 {
+            u64::MAX
+        } else {
+            (1u64 << (b + 1)) - 1
+        };
+        self.tree_prefix(w) + (self.bits[w] & mask).count_ones()
+    }
+
+    /// Renumbers live slots 0..live (in order) into a timeline of `cap`
+    /// slots and rebuilds the bitmap and tree.
+    fn rebuild(&mut self, cap: usize) {
+        let cap = cap.div_ceil(64) * 64;
         let mut owner = vec![NONE; cap];
         let mut k = 0usize;
-        for &id in &self.owner[..self.next_slot as usize] {
+        for &id in &self.owner[..(self.next_slot as usize).min(self.owner.len())] {
             if id != NONE {
                 owner[k] = id;
                 self.last[id as usize] = k as u32;
                 k += 1;
             }
         }
-        debug_assert_eq!(k, live);
-        // Linear-time Fenwick construction.
-        let mut tree = vec![0u32; cap + 1];
-        for t in tree.iter_mut().take(live + 1).skip(1) {
-            *t = 1;
+        debug_assert_eq!(k, self.live as usize);
+        let words = cap / 64;
+        let mut bits = vec![0u64; words];
+        for (w, word) in bits.iter_mut().enumerate() {
+            let lo = w * 64;
+            if lo + 64 <= k {
+                *word = u64::MAX;
+            } else if lo < k {
+                *word = (1u64 << (k - lo)) - 1;
+            }
         }
-        for i in 1..=cap {
+        // Linear-time Fenwick construction over word popcounts.
+        let mut tree = vec![0u32; words + 1];
+        for (w, word) in bits.iter().enumerate() {
+            tree[w + 1] = word.count_ones();
+        }
+        for i in 1..=words {
             let j = i + (i & i.wrapping_neg());
-            if j <= cap {
+            if j <= words {
                 tree[j] += tree[i];
             }
         }
         self.owner = owner;
+        self.bits = bits;
         self.tree = tree;
-        self.next_slot = live as u32;
+        self.next_slot = k as u32;
     }
 
     /// Records a reference to `id`. Returns `None` on the first reference
@@ -130,7 +175,8 @@ impl StackDistance {
     #[inline]
     pub fn access(&mut self, id: u32) -> Option<u64> {
         if self.next_slot as usize == self.owner.len() {
-            self.compact();
+            // At least as many free slots as live ones: amortized O(1).
+            self.rebuild((self.live as usize * 3).max(1024));
         }
         let idx = id as usize;
         if idx >= self.last.len() {
@@ -144,11 +190,11 @@ impl StackDistance {
             None
         } else {
             let d = self.live - self.prefix(prev);
-            self.add(prev, -1);
+            self.clear(prev);
             self.owner[prev as usize] = NONE;
             Some(d as u64)
         };
-        self.add(t, 1);
+        self.set(t);
         self.owner[t as usize] = id;
         self.last[idx] = t;
         dist
@@ -159,7 +205,7 @@ impl StackDistance {
         let idx = id as usize;
         if idx < self.last.len() && self.last[idx] != NONE {
             let s = self.last[idx];
-            self.add(s, -1);
+            self.clear(s);
             self.owner[s as usize] = NONE;
             self.last[idx] = NONE;
             self.live -= 1;
@@ -167,7 +213,7 @@ impl StackDistance {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.last.len() * 4 + self.owner.len() * 4 + self.tree.len() * 4
+        self.last.len() * 4 + self.owner.len() * 4 + self.bits.len() * 8 + self.tree.len() * 4
     }
 }
 
