@@ -23,6 +23,10 @@ pub enum EngineError {
     /// The configuration cannot work with these devices.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The cache metadata refused or failed (wrong backing device, corrupt
+    /// metadata, unknown format, an IO error writing it).
+    #[error(transparent)]
+    Metadata(#[from] tiercache_metadata::MetadataError),
 }
 
 impl EngineError {
@@ -33,6 +37,7 @@ impl EngineError {
             EngineError::OutOfRange { .. } => 28, // ENOSPC, per the NBD spec for writes past the end
             EngineError::Backing { .. } | EngineError::CacheDirty { .. } => 5, // EIO
             EngineError::Config(_) => libc_einval(),
+            EngineError::Metadata(_) => 5,
         }
     }
 }
@@ -50,6 +55,7 @@ impl From<EngineError> for io::Error {
             EngineError::Backing { source, .. } | EngineError::CacheDirty { source, .. } => {
                 source.kind()
             }
+            EngineError::Metadata(_) => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)
     }

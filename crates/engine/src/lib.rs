@@ -15,11 +15,13 @@
 mod cleaner;
 mod error;
 mod locks;
+mod persist;
 mod slot_state;
 mod stats;
 
 pub use cleaner::{Cleaner, CleanerConfig, RateController};
 pub use error::{EngineError, Result};
+pub use persist::{OpenOptions, OpenReport};
 pub use stats::EngineStats;
 
 use locks::StripeLocks;
@@ -83,6 +85,8 @@ struct WriteStep {
     /// with its ticket).
     cache: Option<CacheBlock>,
     ticket: Option<FillTicket>,
+    /// The block was clean and this write makes it dirty in place.
+    newly_dirty: bool,
 }
 
 /// A block cache over a backing and a cache device.
@@ -102,6 +106,8 @@ pub struct Engine {
     cache_error_limit: u64,
     /// Time of the last client read or write, in clock nanoseconds.
     last_client_io: std::sync::atomic::AtomicU64,
+    /// Metadata on the cache device; `None` for a volatile cache.
+    persist: Option<persist::Persistence>,
 }
 
 impl Engine {
@@ -157,6 +163,7 @@ impl Engine {
             cache_failure: Mutex::new(None),
             cache_error_limit: config.cache_error_limit,
             last_client_io: std::sync::atomic::AtomicU64::new(0),
+            persist: None,
         })
     }
 
@@ -215,7 +222,7 @@ impl Engine {
             }
         }
         self.director.lock().set_mode(mode);
-        Ok(())
+        self.persist_mode(mode)
     }
 
     pub fn set_sequential_cutoff(&self, bytes: u64) {
@@ -291,7 +298,7 @@ impl Engine {
         (start, (start - offset) as usize, (end - start) as usize)
     }
 
-    fn backing_err(&self, e: std::io::Error, write: bool) -> EngineError {
+    pub(crate) fn backing_err(&self, e: std::io::Error, write: bool) -> EngineError {
         let c = if write {
             &self.io.backing_write_errors
         } else {
@@ -306,7 +313,7 @@ impl Engine {
 
     /// Counts a cache device error and takes the cache out of use once
     /// there were too many.
-    fn cache_error(&self, e: &std::io::Error, write: bool) {
+    pub(crate) fn cache_error(&self, e: &std::io::Error, write: bool) {
         let c = if write {
             &self.io.cache_write_errors
         } else {
@@ -348,6 +355,10 @@ impl Engine {
         if self.slots.is_current(c, ticket) && d.replacement().lookup(OriginBlock(b)) == Some(c) {
             if ok {
                 self.slots.mark_ready(c, ticket);
+                if d.replacement().is_dirty(OriginBlock(b)) {
+                    let e = self.dirty_entry(&d, OriginBlock(b));
+                    self.record(c, Some(e));
+                }
             } else {
                 d.abort_promotion(OriginBlock(b));
             }
@@ -532,11 +543,13 @@ impl Engine {
             for b in blocks.clone() {
                 let (bs, be) = self.block_span(b);
                 let full = offset <= bs && offset + len >= be;
+                let was_dirty = d.replacement().is_dirty(OriginBlock(b));
                 let step = match d.plan_write(&mut io, OriginBlock(b), full, now) {
                     WritePlan::Backing => WriteStep {
                         backing: true,
                         cache: None,
                         ticket: None,
+                        newly_dirty: false,
                     },
                     WritePlan::Through {
                         cblock, allocated, ..
@@ -550,12 +563,14 @@ impl Engine {
                                 backing,
                                 cache: Some(cblock),
                                 ticket: Some(self.slots.mark_filling(cblock)),
+                                newly_dirty: false,
                             }
                         } else if self.slots.try_pin(cblock) {
                             WriteStep {
                                 backing,
                                 cache: Some(cblock),
                                 ticket: None,
+                                newly_dirty: !backing && !was_dirty,
                             }
                         } else {
                             // Unreachable: we hold the block's stripe
@@ -569,6 +584,7 @@ impl Engine {
                                 backing: true,
                                 cache: None,
                                 ticket: None,
+                                newly_dirty: false,
                             }
                         }
                     }
@@ -630,6 +646,14 @@ impl Engine {
                 .cache
                 .write_at(&data[buf_off..buf_off + n], self.slot_offset(c) + within);
             self.slots.unpin(c);
+            if r.is_ok() && step.newly_dirty {
+                let d = self.director.lock();
+                if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                    let e = self.dirty_entry(&d, OriginBlock(b));
+                    self.record(c, Some(e));
+                }
+                continue;
+            }
             let Err(e) = r else { continue };
             self.cache_error(&e, true);
             if step.backing {
@@ -705,7 +729,15 @@ impl Engine {
             for b in blocks {
                 let (bs, be) = self.block_span(b);
                 if offset <= bs && offset + len >= be {
-                    d.invalidate(OriginBlock(b));
+                    let dirty = d.replacement().is_dirty(OriginBlock(b));
+                    if let Some(c) = d.invalidate(OriginBlock(b)) {
+                        if dirty {
+                            // Withdraw the dirty claim; until that commits,
+                            // a crash may bring back old data for a range
+                            // that was trimmed, which trim allows.
+                            self.record(c, None);
+                        }
+                    }
                 }
             }
         }
@@ -720,6 +752,11 @@ impl Engine {
     /// device (dirty data) and on the backing device.
     pub fn flush(&self) -> Result<()> {
         IoCounters::add(&self.io.flushes, 1);
+        if self.persist.is_some() {
+            // Flushes the cache device, then commits the dirty claims.
+            self.commit_inner(true)?;
+            return self.backing.flush().map_err(|e| self.backing_err(e, true));
+        }
         if let Err(e) = self.cache.flush() {
             self.cache_error(&e, true);
             if self.director.lock().replacement().dirty_len() > 0 {
@@ -834,6 +871,19 @@ impl Engine {
             self.backing
                 .flush()
                 .map_err(|e| self.backing_err(e, true))?;
+            if self.persist.is_some() {
+                // The dirty claims must be gone from disk before the blocks
+                // count as clean (and their slots may be reused).
+                {
+                    let _d = self.director.lock();
+                    for (k, &(_, c)) in run.iter().enumerate() {
+                        if read_ok[k] {
+                            self.record(c, None);
+                        }
+                    }
+                }
+                self.commit()?;
+            }
         }
         let mut cleaned = 0;
         {
