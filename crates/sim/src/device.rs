@@ -29,6 +29,7 @@
 //! background writebacks included) cannot serve more than `1 / s` requests
 //! per second.
 
+use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -114,16 +115,18 @@ impl Default for DeviceModel {
 
 impl DeviceModel {
     /// Parses `FAST/SLOW` preset names, e.g. `nvme/hdd`.
-    pub fn parse(s: &str) -> Result<DeviceModel, String> {
-        let (f, sl) = s
-            .split_once('/')
-            .ok_or_else(|| format!("device model '{s}': expected FAST/SLOW such as nvme/hdd"))?;
+    pub fn parse(s: &str) -> Result<DeviceModel, Error> {
+        let (f, sl) = s.split_once('/').ok_or_else(|| {
+            Error::Config(format!(
+                "device model '{s}': expected FAST/SLOW such as nvme/hdd"
+            ))
+        })?;
         let get = |n: &str| {
             DeviceProfile::preset(n.trim()).ok_or_else(|| {
-                format!(
+                Error::Config(format!(
                     "device model '{s}': unknown device '{n}' (expected one of: {})",
                     DeviceProfile::PRESETS
-                )
+                ))
             })
         };
         Ok(DeviceModel {
@@ -289,6 +292,7 @@ mod tests {
         assert!(DeviceModel::parse("nvme").is_err());
         assert!(DeviceModel::parse("nvme/floppy")
             .unwrap_err()
+            .to_string()
             .contains("floppy"));
         let hdd = DeviceProfile::preset("hdd").unwrap();
         assert_eq!(hdd.io_latency_ns(4096), 8_000_000);
