@@ -44,8 +44,8 @@ pub use mrc::{Mrc, MrcMethod};
 pub use opt::OptVariant;
 pub use report::{render_table, to_json, write_outputs, OutputPaths};
 pub use simulate::{
-    default_policies, parse_policy, policy_label, simulate, CleanerSpec, ConfigResult,
-    ConfigRunner, MrcSpec, Phase, Progress, RequestSource, SimReport, SimSpec,
+    default_policies, parse_cache_sizes, parse_policy, policy_label, simulate, CleanerSpec,
+    ConfigResult, ConfigRunner, MrcSpec, Phase, Progress, RequestSource, SimReport, SimSpec,
 };
 pub use synth::{Distribution, Workload};
 pub use trace::{open_trace, Request, TraceFormat, TraceOptions, TraceReader};

@@ -155,6 +155,40 @@ pub fn parse_policy(s: &str) -> Result<PolicyConfig> {
     })
 }
 
+/// Parses cache sizes as given on a command line: comma-separated sizes
+/// (`256M,1G,10G`) and/or doubling ranges `A..B` (`1G..16G` = 1, 2, 4, 8,
+/// 16 GiB; B included when reached), units as in
+/// [`tiercache_types::parse_size`]. Sorted, duplicates removed.
+pub fn parse_cache_sizes(s: &str) -> Result<Vec<u64>> {
+    let size = |t: &str| {
+        tiercache_types::parse_size(t).map_err(|e| Error::Config(format!("cache sizes '{s}': {e}")))
+    };
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once("..") {
+            Some((a, b)) => {
+                let (mut x, hi) = (size(a)?, size(b)?);
+                if x == 0 || x > hi {
+                    return Err(Error::Config(format!(
+                        "cache sizes '{s}': range {part} must go from a positive size up"
+                    )));
+                }
+                while x <= hi {
+                    out.push(x);
+                    x = x.saturating_mul(2);
+                }
+            }
+            None => out.push(size(part)?),
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::Config(format!("cache sizes '{s}': no size given")));
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
 /// A stream of requests for [`simulate`].
 pub trait RequestSource {
     /// The next request, `None` at the end.

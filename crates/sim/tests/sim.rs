@@ -355,6 +355,18 @@ fn compressed_trace_and_fio_job_inputs() {
 }
 
 #[test]
+fn cache_sizes_parse() {
+    assert_eq!(
+        parse_cache_sizes("1G..4G, 512M,1G").unwrap(),
+        vec![512 << 20, 1 << 30, 2 << 30, 4 << 30]
+    );
+    assert_eq!(parse_cache_sizes("10g").unwrap(), vec![10 << 30]);
+    for bad in ["", "4G..1G", "0..1G", "ten"] {
+        assert!(parse_cache_sizes(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn policies_parse() {
     assert_eq!(parse_policy("lru").unwrap(), lru());
     assert_eq!(parse_policy("default").unwrap(), PolicyConfig::default());
