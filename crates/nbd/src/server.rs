@@ -586,14 +586,18 @@ struct Job {
     buf: Vec<u8>,
 }
 
-struct Flight {
+/// Everything the reader and the workers of one connection share, under a
+/// single lock so that a request costs the reader one or two lock
+/// acquisitions and a worker two (pop; release), not one per structure.
+struct State {
+    jobs: VecDeque<Job>,
+    /// No more jobs will be queued; workers exit once `jobs` is empty.
+    closed: bool,
+    /// Requests accepted and not yet answered, and their buffer bytes.
     count: usize,
     bytes: u64,
-}
-
-struct Queue {
-    jobs: VecDeque<Job>,
-    closed: bool,
+    /// Spare buffers (capacity at most `KEEP_BUF`), reused for payloads.
+    bufs: Vec<Vec<u8>>,
 }
 
 struct Conn<'a> {
@@ -603,12 +607,11 @@ struct Conn<'a> {
     writer: Mutex<Stream>,
     /// Set once a reply could not be sent; nothing more is sent.
     broken: AtomicBool,
-    flight: Mutex<Flight>,
-    flight_cv: Condvar,
-    queue: Mutex<Queue>,
-    queue_cv: Condvar,
-    /// Spare buffers (capacity at most `KEEP_BUF`), reused for payloads.
-    bufs: Mutex<Vec<Vec<u8>>>,
+    state: Mutex<State>,
+    /// Signalled when a job is queued or the queue is closed.
+    work_cv: Condvar,
+    /// Signalled when a request completes (room for the reader).
+    room_cv: Condvar,
     /// Rejection reasons already logged at warn level on this connection.
     logged: Mutex<Vec<&'static str>>,
     max_inflight: usize,
@@ -678,14 +681,15 @@ fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
         structured: n.structured_replies,
         writer: Mutex::new(writer),
         broken: AtomicBool::new(false),
-        flight: Mutex::new(Flight { count: 0, bytes: 0 }),
-        flight_cv: Condvar::new(),
-        queue: Mutex::new(Queue {
+        state: Mutex::new(State {
             jobs: VecDeque::new(),
             closed: false,
+            count: 0,
+            bytes: 0,
+            bufs: Vec::new(),
         }),
-        queue_cv: Condvar::new(),
-        bufs: Mutex::new(Vec::new()),
+        work_cv: Condvar::new(),
+        room_cv: Condvar::new(),
         logged: Mutex::new(Vec::new()),
         max_inflight: cfg.max_inflight,
         max_bytes: cfg.max_inflight_bytes,
@@ -709,10 +713,10 @@ fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
             conn.read_requests(&mut reader, &n.ctx);
         }
         {
-            let mut q = conn.queue.lock();
-            q.closed = true;
+            let mut st = conn.state.lock();
+            st.closed = true;
         }
-        conn.queue_cv.notify_all();
+        conn.work_cv.notify_all();
     });
     // All workers have exited, so every queued request was answered.
     let _ = conn.writer.lock().shutdown(Shutdown::Both);
@@ -883,25 +887,30 @@ impl Conn<'_> {
                         Command::Read { len, .. } | Command::Write { len, .. } => u64::from(len),
                         _ => 0,
                     };
-                    self.acquire(bytes);
-                    let mut buf = self.take_buf();
+                    let handle = h.handle;
                     if let Command::Write { len, offset, .. } = cmd {
+                        let mut buf = self.acquire(bytes);
                         buf.resize(len as usize, 0);
                         if let Err(e) = reader.read_exact(&mut buf) {
                             log::warn!(
                                 "{peer}: client vanished in the middle of a write payload \
                                  (offset {offset}, {len} bytes): {e}"
                             );
-                            self.release(bytes);
+                            self.finish(buf, bytes);
                             return;
                         }
+                        self.state.lock().jobs.push_back(Job { handle, cmd, buf });
+                    } else {
+                        // No payload: take the slot and queue in one go; the
+                        // worker picks a buffer if it needs one.
+                        let mut st = self.wait_for_room(bytes);
+                        st.jobs.push_back(Job {
+                            handle,
+                            cmd,
+                            buf: Vec::new(),
+                        });
                     }
-                    self.queue.lock().jobs.push_back(Job {
-                        handle: h.handle,
-                        cmd,
-                        buf,
-                    });
-                    self.queue_cv.notify_one();
+                    self.work_cv.notify_one();
                 }
                 Verdict::Reject {
                     errno,
@@ -941,36 +950,36 @@ impl Conn<'_> {
     }
 
     /// Blocks until one more request (with `bytes` of buffer) may be in
-    /// flight.
-    fn acquire(&self, bytes: u64) {
-        let mut f = self.flight.lock();
-        while f.count >= self.max_inflight || (f.count > 0 && f.bytes + bytes > self.max_bytes) {
-            self.flight_cv.wait(&mut f);
+    /// flight, counts it, and returns the locked state.
+    fn wait_for_room(&self, bytes: u64) -> parking_lot::MutexGuard<'_, State> {
+        let mut st = self.state.lock();
+        while st.count >= self.max_inflight || (st.count > 0 && st.bytes + bytes > self.max_bytes) {
+            self.room_cv.wait(&mut st);
         }
-        f.count += 1;
-        f.bytes += bytes;
+        st.count += 1;
+        st.bytes += bytes;
+        st
     }
 
-    fn release(&self, bytes: u64) {
-        let mut f = self.flight.lock();
-        f.count -= 1;
-        f.bytes -= bytes;
-        drop(f);
-        self.flight_cv.notify_all();
+    /// Like `wait_for_room`, also handing out a spare buffer.
+    fn acquire(&self, bytes: u64) -> Vec<u8> {
+        self.wait_for_room(bytes).bufs.pop().unwrap_or_default()
     }
 
-    fn take_buf(&self) -> Vec<u8> {
-        self.bufs.lock().pop().unwrap_or_default()
-    }
-
-    fn put_buf(&self, mut b: Vec<u8>) {
-        if b.capacity() <= KEEP_BUF {
-            b.clear();
-            let mut bufs = self.bufs.lock();
-            if bufs.len() < self.max_inflight {
-                bufs.push(b);
-            }
+    /// Ends a request: returns its buffer to the pool and its slot.
+    fn finish(&self, mut buf: Vec<u8>, bytes: u64) {
+        let keep = buf.capacity() <= KEEP_BUF;
+        if keep {
+            buf.clear();
         }
+        let mut st = self.state.lock();
+        if keep && st.bufs.len() < self.max_inflight {
+            st.bufs.push(buf);
+        }
+        st.count -= 1;
+        st.bytes -= bytes;
+        drop(st);
+        self.room_cv.notify_one();
     }
 
     /// Worker loop: executes queued requests until the queue is closed and
@@ -978,15 +987,18 @@ impl Conn<'_> {
     fn work(&self) {
         loop {
             let job = {
-                let mut q = self.queue.lock();
+                let mut st = self.state.lock();
                 loop {
-                    if let Some(j) = q.jobs.pop_front() {
+                    if let Some(mut j) = st.jobs.pop_front() {
+                        if matches!(j.cmd, Command::Read { .. }) {
+                            j.buf = st.bufs.pop().unwrap_or_default();
+                        }
                         break j;
                     }
-                    if q.closed {
+                    if st.closed {
                         return;
                     }
-                    self.queue_cv.wait(&mut q);
+                    self.work_cv.wait(&mut st);
                 }
             };
             self.execute(job);
@@ -1042,8 +1054,7 @@ impl Conn<'_> {
                 self.send_error(handle, errno, &e.to_string());
             }
         }
-        self.put_buf(buf);
-        self.release(bytes);
+        self.finish(buf, bytes);
     }
 
     fn send(&self, parts: &[&[u8]]) {
