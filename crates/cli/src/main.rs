@@ -24,8 +24,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Format a cache device for a backing device. Only the cache device is
+    /// written; the backing device keeps its data and stays usable.
+    Create(CreateArgs),
     /// Serve a backing device through a cache device over NBD.
     Serve(ServeArgs),
+    /// Check a cache device's metadata (read only), or repair it.
+    Check(CheckArgs),
     /// Show a running server's statistics.
     Stats(StatsArgs),
     /// Write back every dirty block and flush both devices.
@@ -42,6 +47,46 @@ enum Command {
     },
     /// Reproduce the field study side by side (fio over NBD): report, plots.
     Bench(tiercache_bench::BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct CreateArgs {
+    /// Backing (slow) device; only read, to record its identity.
+    #[arg(long)]
+    backing: String,
+    /// Cache (fast) device to format.
+    #[arg(long)]
+    cache: String,
+    /// writethrough (default), writeback, writearound or passthrough.
+    #[arg(long, default_value = "writethrough")]
+    mode: CacheMode,
+    /// Cache block size, 4k to 1M.
+    #[arg(long, default_value = "64k", value_parser = parse_size_arg)]
+    block_size: u64,
+    /// Replacement policy: smq, lru, s3fifo, arc.
+    #[arg(long, default_value = "smq")]
+    policy: ReplacementKind,
+    /// Admission policy: hotspot, always, nhit.
+    #[arg(long, default_value = "hotspot")]
+    admission: AdmissionKind,
+    /// Metadata journal size (default: twice the mapping, at least 1M).
+    #[arg(long, value_parser = parse_size_arg)]
+    journal_size: Option<u64>,
+    /// Format even if the device already holds a tiercache cache (its
+    /// contents, dirty data included, are lost).
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Cache device to check.
+    #[arg(long)]
+    cache: String,
+    /// Salvage what is consistent and rewrite the metadata (keeps every
+    /// readable dirty block).
+    #[arg(long)]
+    repair: bool,
 }
 
 /// Where to find a running server.
@@ -125,6 +170,10 @@ struct ServeArgs {
     /// Control socket (default: next to the socket, NAME.ctl).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// Format the cache device first if it does not hold a tiercache cache
+    /// yet (as `tiercache create` would). Never formats a device that does.
+    #[arg(long)]
+    create: bool,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -157,12 +206,16 @@ pub struct ServeSettings {
     pub mode: CacheMode,
     pub block_size: u32,
     pub policy: PolicyConfig,
+    /// Whether mode / policy were given (else an existing cache keeps its own).
+    pub mode_given: bool,
+    pub policy_given: bool,
     pub sequential_cutoff: u64,
     pub writeback_target: f64,
     pub name: String,
     pub socket: PathBuf,
     pub listen: Option<String>,
     pub control: PathBuf,
+    pub create: bool,
 }
 
 impl ServeArgs {
@@ -207,9 +260,16 @@ impl ServeArgs {
             .control
             .or(file.control)
             .unwrap_or_else(|| socket.with_extension("ctl"));
+        let mode_given = self.mode.is_some() || file.mode.is_some();
+        let policy_given = self.policy.is_some()
+            || file.policy.is_some()
+            || self.admission.is_some()
+            || file.admission.is_some();
         Ok(ServeSettings {
             backing,
             cache,
+            mode_given,
+            policy_given,
             mode: self.mode.or(file.mode).unwrap_or_default(),
             block_size: block_size as u32,
             policy: PolicyConfig {
@@ -226,6 +286,7 @@ impl ServeArgs {
             socket,
             listen: self.listen.or(file.listen),
             control,
+            create: self.create,
         })
     }
 }
@@ -281,10 +342,107 @@ fn stats(a: &StatsArgs) -> Result<()> {
     }
 }
 
+fn create(a: &CreateArgs) -> Result<()> {
+    if a.cache.starts_with("mem:") {
+        bail!(
+            "a memory cache needs no create: it is volatile (give it to `serve --cache` directly)"
+        );
+    }
+    if !(4096..=1 << 20).contains(&a.block_size) || !a.block_size.is_power_of_two() {
+        bail!(
+            "--block-size {} must be a power of two from 4k to 1M",
+            a.block_size
+        );
+    }
+    let backing = devices::open(&a.backing).context("backing device")?;
+    let cache = devices::open(&a.cache).context("cache device")?;
+    let existing = tiercache_metadata::check(&*cache);
+    if existing.superblock.is_some() && !a.force {
+        bail!(
+            "{} already holds a tiercache cache ({} blocks cached, {} dirty); \
+             use --force to format it anyway (its contents are lost)",
+            a.cache,
+            existing.entries,
+            existing.dirty_entries
+        );
+    }
+    let cfg = tiercache_engine::EngineConfig {
+        mode: a.mode,
+        block_size: a.block_size as u32,
+        policy: PolicyConfig {
+            replacement: a.policy,
+            admission: a.admission,
+            ..PolicyConfig::default()
+        },
+        ..tiercache_engine::EngineConfig::default()
+    };
+    let engine = tiercache_engine::Engine::create(
+        backing,
+        cache,
+        &cfg,
+        std::sync::Arc::new(tiercache_types::MonotonicClock::new()),
+        &a.backing,
+        a.journal_size,
+    )?;
+    println!(
+        "formatted {}: {} cache blocks of {} bytes for backing device {} ({} bytes), mode {}, policy {}+{}",
+        a.cache,
+        engine.capacity(),
+        engine.block_size(),
+        a.backing,
+        engine.size(),
+        a.mode,
+        a.policy,
+        a.admission
+    );
+    engine.shutdown(false)?;
+    Ok(())
+}
+
+fn check(a: &CheckArgs) -> Result<()> {
+    let cache = devices::open(&a.cache).context("cache device")?;
+    let report = if a.repair {
+        tiercache_metadata::repair(cache)?
+    } else {
+        tiercache_metadata::check(&*cache)
+    };
+    println!(
+        "{}: {} blocks mapped, {} dirty, {} journal blocks replayed",
+        a.cache, report.entries, report.dirty_entries, report.journal_blocks_replayed
+    );
+    for p in &report.problems {
+        match p.block {
+            Some(b) => println!("{:?}: {} (metadata block {b})", p.severity, p.message),
+            None => println!("{:?}: {}", p.severity, p.message),
+        }
+    }
+    for action in &report.actions {
+        println!("repaired: {action}");
+    }
+    if report.is_clean() || a.repair {
+        println!(
+            "{}",
+            if a.repair {
+                "repair done"
+            } else {
+                "no problems found"
+            }
+        );
+        Ok(())
+    } else {
+        bail!(
+            "problems found; `tiercache check --repair --cache {}` salvages what is consistent",
+            a.cache
+        )
+    }
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Create(a) => create(&a),
+        Command::Check(a) => check(&a),
         Command::Serve(args) => args.resolve().and_then(|s| serve::run(&s)),
         Command::Stats(a) => stats(&a),
         Command::Flush(c) => control_call(&c, control::Request::Flush, "flushing"),

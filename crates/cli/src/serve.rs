@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tiercache_engine::{Cleaner, CleanerConfig, Engine, EngineConfig};
+use tiercache_engine::{Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions};
 use tiercache_nbd::{Listener, Server, ServerConfig};
 use tiercache_types::MonotonicClock;
 
@@ -19,21 +19,78 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         return run_uncached(s, backing, rotational);
     };
     let cache = crate::devices::open(cache_spec).context("cache device")?;
-    let cfg = EngineConfig {
-        mode: s.mode,
-        block_size: s.block_size,
-        sequential_cutoff: s.sequential_cutoff,
-        policy: s.policy.clone(),
-        cache_data_offset: 0,
-        max_cache_blocks: None,
-        cache_error_limit: 16,
+    let clock = Arc::new(MonotonicClock::new());
+    let engine = if cache_spec.starts_with("mem:") {
+        // A RAM cache is volatile: nothing to open, nothing survives.
+        let cfg = EngineConfig {
+            mode: s.mode,
+            block_size: s.block_size,
+            sequential_cutoff: s.sequential_cutoff,
+            policy: s.policy.clone(),
+            ..EngineConfig::default()
+        };
+        Engine::new(backing.clone(), cache.clone(), &cfg, clock)?
+    } else {
+        let options = OpenOptions {
+            mode: s.mode_given.then_some(s.mode),
+            policy: s.policy_given.then(|| s.policy.clone()),
+            sequential_cutoff: Some(s.sequential_cutoff),
+            cache_error_limit: None,
+        };
+        match Engine::open(
+            backing.clone(),
+            cache.clone(),
+            &options,
+            clock.clone(),
+            &s.backing,
+        ) {
+            Ok((engine, report)) => {
+                for w in &report.warnings {
+                    log::warn!("{w}");
+                }
+                log::info!(
+                    "opened cache {cache_spec}: {} blocks restored ({} dirty) after a {} shutdown{}",
+                    report.restored_blocks,
+                    report.restored_dirty,
+                    if report.was_clean_shutdown { "clean" } else { "unclean" },
+                    if report.was_detached { "; it had been detached, so it starts empty" } else { "" }
+                );
+                engine
+            }
+            Err(EngineError::Metadata(m))
+                if m.kind() == tiercache_metadata::ErrorKind::NotFormatted && s.create =>
+            {
+                let cfg = EngineConfig {
+                    mode: s.mode,
+                    block_size: s.block_size,
+                    sequential_cutoff: s.sequential_cutoff,
+                    policy: s.policy.clone(),
+                    ..EngineConfig::default()
+                };
+                log::info!("formatting cache device {cache_spec} (--create)");
+                Engine::create(
+                    backing.clone(),
+                    cache.clone(),
+                    &cfg,
+                    Arc::new(MonotonicClock::new()),
+                    &s.backing,
+                    None,
+                )?
+            }
+            Err(EngineError::Metadata(m))
+                if m.kind() == tiercache_metadata::ErrorKind::NotFormatted =>
+            {
+                bail!(
+                    "{cache_spec} is not a tiercache cache device yet. Format it first with\n  \
+                     tiercache create --backing {} --cache {cache_spec}\n\
+                     (create writes the cache device only; the backing device keeps its data)",
+                    s.backing
+                )
+            }
+            Err(e) => return Err(e.into()),
+        }
     };
-    let engine = Arc::new(Engine::new(
-        backing.clone(),
-        cache.clone(),
-        &cfg,
-        Arc::new(MonotonicClock::new()),
-    )?);
+    let engine = Arc::new(engine);
     log::info!(
         "serving {} ({} bytes) cached by {} ({} blocks of {} bytes), mode {}, policy {}",
         backing.describe(),
@@ -86,9 +143,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     log::info!("stopping: finishing in-flight requests");
     running.shutdown().context("stopping the NBD server")?;
     cleaner.stop();
-    // The cache's contents do not survive a restart yet, so dirty data is
-    // written back before the process exits.
-    if engine.dirty_blocks() > 0 {
+    let detach = detached.load(Ordering::SeqCst);
+    if !engine.is_persistent() && engine.dirty_blocks() > 0 {
+        // A volatile (RAM) cache loses its contents: write dirty data back.
         log::info!(
             "writing back {} dirty blocks before exit",
             engine.dirty_blocks()
@@ -97,9 +154,11 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             .drain(|_, _| {})
             .context("writing back dirty blocks")?;
     }
-    engine.flush().context("final flush")?;
+    // Clean shutdown: the next start is warm (dirty blocks stay cached and
+    // are written back later); after a detach it starts empty.
+    engine.shutdown(detach).context("clean shutdown")?;
     let _ = std::fs::remove_file(&s.control);
-    if detached.load(Ordering::SeqCst) {
+    if detach {
         if engine.dirty_blocks() != 0 {
             bail!(
                 "detach incomplete: {} dirty blocks remain",

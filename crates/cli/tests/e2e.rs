@@ -46,7 +46,22 @@ struct Served {
 }
 
 impl Served {
+    /// Formats the cache (with the `--mode`/`--block-size` of `args`), then
+    /// serves.
     fn start(dir: &Path, args: &[&str]) -> Served {
+        let mut create = tiercache();
+        create
+            .arg("create")
+            .arg("--backing")
+            .arg(dir.join("backing.img"))
+            .arg("--cache")
+            .arg(dir.join("cache.img"));
+        for pair in args.chunks(2) {
+            if matches!(pair[0], "--mode" | "--block-size") {
+                create.args(pair);
+            }
+        }
+        run(&mut create);
         let mut s = Served {
             dir: dir.to_path_buf(),
             child: None,
@@ -171,7 +186,9 @@ fn nbdinfo_shows_the_export_and_stats_answer() {
     let st = s.stats();
     assert_eq!(st["mode"], "writethrough");
     assert_eq!(st["block_size"], 16384);
-    assert_eq!(st["decisions"]["capacity"], 512);
+    // 8 MiB of 16 KiB blocks, less the room the metadata takes.
+    let cap = st["decisions"]["capacity"].as_u64().unwrap();
+    assert!((400..512).contains(&cap), "capacity {cap}");
     let prom = run(tiercache()
         .arg("stats")
         .arg("--prometheus")
@@ -464,4 +481,64 @@ fn ext4_on_the_cache_survives_a_server_restart() {
     }
     m.release();
     s.stop();
+}
+
+#[test]
+fn a_clean_restart_is_warm_and_refuses_the_wrong_backing_device() {
+    let t = "a_clean_restart_is_warm_and_refuses_the_wrong_backing_device";
+    if !have("nbdcopy", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    devices(dir.path(), 32 * MIB, 8 * MIB);
+    let data = pattern(3, (4 * MIB) as usize);
+    let src = dir.path().join("src.img");
+    std::fs::write(&src, &data).unwrap();
+    let mut s = Served::start(dir.path(), &["--mode", "writeback", "--block-size", "64k"]);
+    // Write 4 MiB (stays dirty in the cache), read it once, stop cleanly.
+    run(Command::new("nbdcopy").arg(&src).arg(s.uri()));
+    let st = s.stats();
+    assert_eq!(st["decisions"]["dirty"], 64, "{st}");
+    s.stop();
+    // The backing device does not have the data yet: it lives in the cache.
+    assert!(std::fs::read(dir.path().join("backing.img")).unwrap()[..data.len()] != data[..]);
+    s.spawn();
+    let out = dir.path().join("out.img");
+    run(Command::new("nbdcopy").arg(s.uri()).arg(&out));
+    assert!(std::fs::read(&out).unwrap()[..data.len()] == data[..]);
+    let st = s.stats();
+    assert!(
+        st["decisions"]["read_hits"].as_u64().unwrap() >= 64,
+        "served from the cache at once: {st}"
+    );
+    assert!(s.log().contains("64 dirty"), "{}", s.log());
+    s.stop();
+    // Another backing device of another size is refused, clearly.
+    let other = dir.path().join("other.img");
+    std::fs::File::create(&other)
+        .unwrap()
+        .set_len(16 * MIB)
+        .unwrap();
+    let out = tiercache()
+        .args(["serve", "--backing"])
+        .arg(&other)
+        .arg("--cache")
+        .arg(dir.path().join("cache.img"))
+        .arg("--socket")
+        .arg(dir.path().join("x.sock"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("belongs to backing device"), "{err}");
+    // check reads the metadata and finds it consistent.
+    let out = run(tiercache()
+        .arg("check")
+        .arg("--cache")
+        .arg(dir.path().join("cache.img")));
+    // (the cleaner may have written some back meanwhile: count mapped blocks)
+    assert!(
+        out.contains("64 blocks mapped") && out.contains("no problems found"),
+        "{out}"
+    );
 }

@@ -1,0 +1,72 @@
+//! `tiercache bench` through the real binary, at a tiny size (seconds):
+//! the subcommand is wired, prints the table and the targets, and writes
+//! REPORT.md. The library's own test (crates/bench/tests) checks the
+//! report in depth.
+
+use std::process::{Command, Stdio};
+
+#[test]
+fn bench_subcommand_runs_and_reports() {
+    let ok = Command::new("sh")
+        .args(["-c", "command -v fio"])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!(
+            "SKIPPED bench_subcommand_runs_and_reports: fio is not installed (run `make deps`)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tiercache"))
+        .args([
+            "bench",
+            "--data-size",
+            "1M",
+            "--cache-size",
+            "2M",
+            "--runtime",
+            "2",
+            "--junk-runtime",
+            "1",
+            "--no-nbdkit",
+            "--no-ram-cache",
+        ])
+        .arg("--work-dir")
+        .arg(dir.path().join("work"))
+        .arg("--out-dir")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in [
+        "| fast device alone |",
+        "| slow device alone (HDD model) |",
+        "| tiercache, empty cache |",
+        "| tiercache, full of stale data |",
+    ] {
+        assert!(stdout.contains(row), "no row {row}: {stdout}");
+    }
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("PASS ") || l.starts_with("MISS ")),
+        "{stdout}"
+    );
+    let report = std::fs::read_to_string(dir.path().join("out/REPORT.md")).unwrap();
+    assert!(
+        report.contains("![") && report.contains("iops.png"),
+        "{report}"
+    );
+    assert!(
+        !dir.path().join("work/fast.img").exists(),
+        "device files removed"
+    );
+}
