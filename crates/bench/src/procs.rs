@@ -68,9 +68,13 @@ impl Server {
         let _ = std::fs::remove_file(&control);
         let cached = args.iter().any(|a| a == "--cache");
         let logf = std::fs::File::create(&log)?;
-        let child = Command::new(exe)
-            .arg("serve")
-            .args(args)
+        let mut cmd = Command::new(exe);
+        cmd.arg("serve").args(args);
+        if cached && !args.iter().any(|a| a == "--create") {
+            // A fresh cache file holds no tiercache metadata yet.
+            cmd.arg("--create");
+        }
+        let child = cmd
             .arg("--socket")
             .arg(&socket)
             .arg("--control")
@@ -270,7 +274,8 @@ mod tests {
 
     #[test]
     fn nbdkit_stats_read_line() {
-        let t = "total: 191 ops, 21.9 s, 25.13 GiB, 1.15 GiB/s\nread: 136 ops, 0.000230 s, 3.16 MiB\n";
+        let t =
+            "total: 191 ops, 21.9 s, 25.13 GiB, 1.15 GiB/s\nread: 136 ops, 0.000230 s, 3.16 MiB\n";
         assert_eq!(parse_nbdkit_reads(t), Some(136));
         assert_eq!(parse_nbdkit_reads("total: 0 ops\n"), None);
     }
