@@ -301,8 +301,10 @@ struct Inner {
     refused: AtomicU64,
 }
 
-/// An NBD server over a fixed set of exports. Cheap to clone handles from;
-/// run it with [`Server::serve`] (blocking) or [`Server::spawn`].
+/// An NBD server over a fixed set of exports. Clones share the server (to
+/// `serve` several listeners); run it with [`Server::serve`] (blocking) or
+/// [`Server::spawn`].
+#[derive(Clone)]
 pub struct Server {
     inner: Arc<Inner>,
 }

@@ -823,7 +823,7 @@ fn one_server_can_serve_unix_and_tcp_at_once() {
     init_log();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s");
-    let server = Arc::new(Server::single("", mem(MIB), ServerConfig::default()).unwrap());
+    let server = Server::single("", mem(MIB), ServerConfig::default()).unwrap();
     let unix = Listener::bind_unix(&sock).unwrap();
     let tcp = Listener::bind_tcp("127.0.0.1:0").unwrap();
     let addr = tcp.tcp_addr().unwrap();
