@@ -227,6 +227,25 @@ pub enum MrcMethod {
     Shards { rate: f64 },
     /// Fixed-size SHARDS tracking at most `max_blocks` blocks.
     ShardsFixedSize { max_blocks: u32 },
+    /// Exact while the trace has at most `max_exact_blocks` distinct
+    /// blocks, else fixed-size SHARDS with `fallback_blocks` (fed from the
+    /// start alongside the exact curve, which is dropped, memory and all,
+    /// when the limit is passed). The resulting [`Mrc::method`] says which.
+    Auto {
+        max_exact_blocks: u32,
+        fallback_blocks: u32,
+    },
+}
+
+impl Default for MrcMethod {
+    /// Auto: exact up to 50M distinct blocks (about 2 GB of RAM; 190 GiB
+    /// of 4 KiB blocks), else fixed-size SHARDS with 64k blocks.
+    fn default() -> Self {
+        MrcMethod::Auto {
+            max_exact_blocks: 50_000_000,
+            fallback_blocks: 65_536,
+        }
+    }
 }
 
 impl MrcMethod {
@@ -237,6 +256,12 @@ impl MrcMethod {
             MrcMethod::ShardsFixedSize { max_blocks } => {
                 format!("SHARDS fixed-size {max_blocks} blocks")
             }
+            MrcMethod::Auto {
+                max_exact_blocks,
+                fallback_blocks,
+            } => format!(
+                "exact up to {max_exact_blocks} blocks, else SHARDS fixed-size {fallback_blocks}"
+            ),
         }
     }
 }
@@ -342,15 +367,36 @@ pub struct MrcBuilder {
     /// Fixed-size: stored counts times `unit` are the counts at the current
     /// rate (lowering the rate rescales all counts in O(1)).
     unit: f64,
+    /// Auto: the SHARDS builder fed alongside, the distinct-block limit of
+    /// the exact one, and whether it was dropped.
+    fallback: Option<Box<MrcBuilder>>,
+    max_exact: u32,
+    dropped: bool,
 }
 
 impl MrcBuilder {
     /// `bucket_blocks`: histogram resolution in blocks (1 = every size).
     pub fn new(method: MrcMethod, bucket_blocks: u64) -> Self {
+        if let MrcMethod::Auto {
+            max_exact_blocks,
+            fallback_blocks,
+        } = method
+        {
+            let mut b = Self::new(MrcMethod::Exact, bucket_blocks);
+            b.fallback = Some(Box::new(Self::new(
+                MrcMethod::ShardsFixedSize {
+                    max_blocks: fallback_blocks,
+                },
+                bucket_blocks,
+            )));
+            b.max_exact = max_exact_blocks;
+            return b;
+        }
         let (rate, max_blocks) = match method {
             MrcMethod::Exact => (1.0, u32::MAX),
             MrcMethod::Shards { rate } => (rate.clamp(1.0 / SHARDS_MODULUS as f64, 1.0), u32::MAX),
             MrcMethod::ShardsFixedSize { max_blocks } => (1.0, max_blocks.max(1)),
+            MrcMethod::Auto { .. } => unreachable!("handled above"),
         };
         MrcBuilder {
             method,
@@ -368,6 +414,9 @@ impl MrcBuilder {
             max_blocks,
             seed: 0x5851_F42D_4C95_7F2D,
             unit: 1.0,
+            fallback: None,
+            max_exact: u32::MAX,
+            dropped: false,
         }
     }
 
@@ -393,12 +442,25 @@ impl MrcBuilder {
     /// Feeds one block reference.
     #[inline]
     pub fn access(&mut self, block: u64) {
+        if let Some(f) = self.fallback.as_mut() {
+            f.access(block);
+            if self.dropped {
+                return;
+            }
+        }
         self.references += 1;
         match self.method {
             MrcMethod::Exact => {
-                let (id, _) = self.ids.get_or_insert(block);
+                let (id, new) = self.ids.get_or_insert(block);
                 let d = self.stack.access(id);
                 self.record(d, 1.0);
+                if new && self.ids.len() > self.max_exact {
+                    // Auto: too many blocks for exact; free it all.
+                    self.dropped = true;
+                    self.ids = IdMap::with_capacity(0);
+                    self.stack = StackDistance::new();
+                    self.hist = Vec::new();
+                }
             }
             MrcMethod::Shards { .. } => {
                 let h = mix64(block ^ self.seed) & (SHARDS_MODULUS - 1);
@@ -410,6 +472,7 @@ impl MrcBuilder {
                 let d = self.stack.access(id);
                 self.record(d, 1.0);
             }
+            MrcMethod::Auto { .. } => unreachable!("built as Exact"),
             MrcMethod::ShardsFixedSize { .. } => {
                 let h = mix64(block ^ self.seed) & (SHARDS_MODULUS - 1);
                 if h >= self.threshold {
@@ -469,7 +532,13 @@ impl MrcBuilder {
             + self.heap.len() * 16
     }
 
-    pub fn finish(self) -> Mrc {
+    /// The curve. For `Auto`, the exact one unless it was dropped.
+    pub fn finish(mut self) -> Mrc {
+        if let Some(f) = self.fallback.take() {
+            if self.dropped {
+                return f.finish();
+            }
+        }
         let mut hist = self.hist;
         let n = self.references as f64;
         let (references, cold) = match self.method {
@@ -509,6 +578,7 @@ impl MrcBuilder {
                 }
                 (n, cold * up)
             }
+            MrcMethod::Auto { .. } => unreachable!("built as Exact"),
         };
         Mrc {
             method: self.method,
@@ -587,6 +657,32 @@ mod tests {
             s.access(i % 7);
         }
         assert_eq!(s.access(3), Some(5)); // 4, 5, 6, 0, 1 since
+    }
+
+    #[test]
+    fn auto_is_exact_below_the_limit_and_shards_above() {
+        let mut rng = Rng::new(4);
+        let trace: Vec<u64> = (0..50_000).map(|_| rng.below(20_000)).collect();
+        let run = |m: MrcMethod| {
+            let mut b = MrcBuilder::new(m, 1);
+            for &t in &trace {
+                b.access(t);
+            }
+            b.finish()
+        };
+        let exact = run(MrcMethod::Exact);
+        let small = run(MrcMethod::Auto {
+            max_exact_blocks: 1000,
+            fallback_blocks: 4096,
+        });
+        assert_eq!(
+            small.method,
+            MrcMethod::ShardsFixedSize { max_blocks: 4096 }
+        );
+        assert!(small.sample_rate < 1.0);
+        let big = run(MrcMethod::default());
+        assert_eq!(big.method, MrcMethod::Exact);
+        assert_eq!(big, exact);
     }
 
     #[test]

@@ -66,9 +66,11 @@ pub struct MrcSpec {
 }
 
 impl Default for MrcSpec {
+    /// [`MrcMethod::default`] (exact unless the trace has more than 50M
+    /// distinct blocks), one-block resolution.
     fn default() -> Self {
         MrcSpec {
-            method: MrcMethod::Exact,
+            method: MrcMethod::default(),
             bucket_blocks: 1,
         }
     }
@@ -101,7 +103,8 @@ pub struct SimSpec {
 impl Default for SimSpec {
     /// 4 KiB blocks, writethrough, the Director's default 4 MiB sequential
     /// cutoff, [`default_policies`], nvme/hdd at depth 8, OPT (bypass) and
-    /// the exact MRC. `cache_sizes` is empty: the caller must set it.
+    /// the MRC (exact, or SHARDS past 50M distinct blocks). `cache_sizes` is
+    /// empty: the caller must set it.
     fn default() -> Self {
         SimSpec {
             block_size: 4096,
