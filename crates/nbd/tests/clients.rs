@@ -401,3 +401,49 @@ fn nbdfuse_losetup_mkfs_ext4_round_trip() {
     ex.read(1024 + 0x38, &mut sb).unwrap();
     assert_eq!(sb, [0x53, 0xef]);
 }
+
+#[test]
+fn qemu_io_write_zero_discard_flush_and_verify() {
+    if !have("qemu-io", "qemu_io_write_zero_discard_flush_and_verify") {
+        return;
+    }
+    let ex = Arc::new(MemExport::new(16 * MIB));
+    let srv = start(ex.clone(), ServerConfig::default());
+    let qemu_io = |cmds: &[&str]| {
+        let mut c = Command::new("qemu-io");
+        c.args(["-f", "raw"]).arg(srv.uri());
+        for cmd in cmds {
+            c.args(["-c", cmd]);
+        }
+        run(&mut c)
+    };
+    // qemu's NBD client: structured replies, FUA writes, write-zeroes,
+    // discard (trim), flush.
+    let out = qemu_io(&[
+        "write -P 0xab 0 1M",
+        "write -f -P 0xcd 1M 64k",
+        "write -z 4k 4k",
+        "write -z -u 64k 64k",
+        "discard 512k 128k",
+        "flush",
+        "read -P 0xab 0 4k",
+        "read -P 0 4k 4k",
+        "read -P 0 64k 64k",
+        "read -P 0xab 8k 56k",
+        "read -P 0xcd 1M 64k",
+    ]);
+    assert!(!out.contains("fail") && !out.contains("error"), "{out}");
+    assert_eq!(out.matches("read ").count(), 5, "{out}");
+    let mut b = [0u8; 1];
+    ex.read(MIB + 100, &mut b).unwrap();
+    assert_eq!(b, [0xcd]);
+    // A wrong pattern is detected (the checks above can fail).
+    let out = Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .arg(srv.uri())
+        .args(["-c", "read -P 0xee 0 4k"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Pattern verification failed"));
+}
