@@ -153,7 +153,9 @@ impl Listener {
     /// listens there, fails with `AddrInUse`; if `path` is not a socket,
     /// fails with `AlreadyExists`. The socket is created inside a private
     /// (0700) temporary directory next to `path`, chmod'ed, then renamed
-    /// into place, so no other user can ever connect to it.
+    /// into place, so no other user can ever connect to it (unless that
+    /// temporary path would be too long for a socket address, in which case
+    /// it is bound in place and chmod'ed at once).
     pub fn bind_unix(path: impl AsRef<Path>) -> io::Result<Listener> {
         let path = path.as_ref();
         match fs::symlink_metadata(path) {
@@ -202,7 +204,18 @@ impl Listener {
         })();
         let _ = fs::remove_file(&tmp);
         let _ = fs::remove_dir(&tmpdir);
-        let listener = result?;
+        let listener = match result {
+            Ok(l) => l,
+            // The temporary path is ~25 bytes longer than `path` and may
+            // exceed sun_path; bind in place instead (the socket then has
+            // umask permissions until the chmod right after).
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                let l = UnixListener::bind(path)?;
+                fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+                l
+            }
+            Err(e) => return Err(e),
+        };
         let md = fs::symlink_metadata(path)?;
         Ok(Listener {
             kind: ListenerKind::Unix {

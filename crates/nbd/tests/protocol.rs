@@ -843,3 +843,25 @@ fn one_server_can_serve_unix_and_tcp_at_once() {
     t1.join().unwrap().unwrap();
     t2.join().unwrap().unwrap();
 }
+
+#[test]
+fn unix_socket_paths_near_the_length_limit_work() {
+    init_log();
+    let dir = tempfile::tempdir().unwrap();
+    // sun_path holds 107 bytes plus NUL. A long directory and a short name:
+    // the final path fits, a temporary one beside it would not.
+    let room = 98usize.saturating_sub(dir.path().as_os_str().len() + 1);
+    let long_dir = dir.path().join("d".repeat(room.max(1)));
+    std::fs::create_dir(&long_dir).unwrap();
+    let path = long_dir.join("s");
+    assert!(path.as_os_str().len() <= 107);
+    let l = Listener::bind_unix(&path).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let server = Server::single("", mem(MIB), ServerConfig::default()).unwrap();
+    let running = server.spawn(l).unwrap();
+    let c = RawClient::connect(&path, false);
+    c.disc();
+    running.shutdown().unwrap();
+    assert!(!path.exists());
+}
