@@ -4,6 +4,7 @@ mod control;
 mod devices;
 mod export;
 mod serve;
+mod sim;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,10 @@ enum Command {
     Serve(ServeArgs),
     /// Check a cache device's metadata (read only), or repair it.
     Check(CheckArgs),
+    /// What would a cache of a given size and policy do for a workload?
+    /// Replays a trace or a synthetic workload through the engine's own
+    /// decision code and prints hit ratios, predicted IOPS and latency.
+    Sim(sim::SimArgs),
     /// Show a running server's statistics.
     Stats(StatsArgs),
     /// Write back every dirty block and flush both devices.
@@ -443,6 +448,7 @@ fn main() {
     let result = match cli.command {
         Command::Create(a) => create(&a),
         Command::Check(a) => check(&a),
+        Command::Sim(a) => sim::run(&a),
         Command::Serve(args) => args.resolve().and_then(|s| serve::run(&s)),
         Command::Stats(a) => stats(&a),
         Command::Flush(c) => control_call(&c, control::Request::Flush, "flushing"),

@@ -1,0 +1,175 @@
+//! `tiercache sim`: which cache size and policy give which hit ratio and
+//! IOPS for a workload, answered by replaying it through the engine's own
+//! decision code (crates/sim) instead of buying and filling a device.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use tiercache_sim::{
+    synth::Distribution, DeviceModel, Input, MrcMethod, OutputPaths, SimSpec, TraceOptions,
+    Workload,
+};
+use tiercache_types::{parse_size, CacheMode};
+
+/// What to replay and which caches to try.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// A block trace: fio iolog v2/v3, blkparse text, MSR Cambridge, Tencent
+    /// CBS or Alibaba CSV (detected), gzip/zstd compressed or not.
+    #[arg(long, conflicts_with_all = ["fio_job", "workload"])]
+    trace: Option<PathBuf>,
+    /// Trace format instead of detection: fio, blkparse, msr, tencent,
+    /// alibaba, or csv:MAPPING (e.g. csv:time=0,op=1,offset=2,len=3,unit=sector).
+    #[arg(long, requires = "trace")]
+    format: Option<String>,
+    /// A fio job file whose random_distribution/bs/size/rw/numjobs define
+    /// the workload.
+    #[arg(long)]
+    fio_job: Option<PathBuf>,
+    /// A synthetic workload: zipf:THETA, pareto:H, uniform, normal:SIGMA
+    /// (fio's definitions).
+    #[arg(long)]
+    workload: Option<String>,
+    /// Synthetic: data size per job (e.g. 1T).
+    #[arg(long, default_value = "2G", value_parser = parse_size)]
+    size: u64,
+    /// Synthetic: IO size.
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    bs: u64,
+    /// Synthetic: jobs (each on its own range).
+    #[arg(long, default_value_t = 2)]
+    jobs: u32,
+    /// Synthetic: percentage of reads.
+    #[arg(long, default_value_t = 100)]
+    rwmixread: u8,
+    /// Synthetic or fio job: number of IOs (default: one pass over the data,
+    /// at most 20 million).
+    #[arg(long)]
+    ios: Option<u64>,
+    /// Cache sizes to try, comma separated (e.g. 1G,10G,100G).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, required = true)]
+    cache_sizes: Vec<u64>,
+    /// Policies to try, comma separated, as REPLACEMENT+ADMISSION (e.g.
+    /// smq+hotspot,lru+always,s3fifo+always,arc+always). Default: all.
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Cache mode to simulate.
+    #[arg(long, default_value = "writethrough")]
+    mode: CacheMode,
+    /// Cache block size.
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    block_size: u64,
+    /// Sequential cutoff (0 disables).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    sequential_cutoff: u64,
+    /// Device model FAST/SLOW, presets ram, nvme, sata-ssd, hdd (e.g. nvme/hdd).
+    #[arg(long, default_value = "nvme/hdd")]
+    devices: String,
+    /// IOs in flight, for the IOPS prediction.
+    #[arg(long, default_value_t = 8)]
+    queue_depth: u32,
+    /// Use SHARDS sampling at this rate for the miss-ratio curve (default:
+    /// exact).
+    #[arg(long)]
+    shards: Option<f64>,
+    /// Skip the Belady/OPT bound.
+    #[arg(long)]
+    no_opt: bool,
+    /// Write the full results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw miss ratio against cache size per policy (PNG) here.
+    #[arg(long)]
+    png: Option<PathBuf>,
+}
+
+pub fn run(a: &SimArgs) -> Result<()> {
+    let input = if let Some(path) = &a.trace {
+        let mut options = TraceOptions::default();
+        if let Some(f) = &a.format {
+            options.format = Some(
+                f.parse()
+                    .map_err(|e| anyhow::anyhow!("--format {f}: {e}"))?,
+            );
+        }
+        Input::Trace {
+            path: path.clone(),
+            options,
+        }
+    } else if let Some(path) = &a.fio_job {
+        Input::FioJob {
+            path: path.clone(),
+            section: None,
+            ios: a.ios,
+        }
+    } else {
+        let dist: Distribution = match &a.workload {
+            Some(w) => w
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--workload {w}: {e}"))?,
+            None => {
+                bail!("say what to simulate: --trace FILE, --fio-job FILE or --workload zipf:1.2")
+            }
+        };
+        let blocks = (a.size / a.bs.max(1)) * a.jobs as u64;
+        Input::Workload(Workload {
+            distribution: dist,
+            rwmixread: a.rwmixread,
+            block_size: a.bs,
+            size: a.size,
+            jobs: a.jobs,
+            ios: a.ios.unwrap_or(blocks.min(20_000_000)),
+            ..Workload::default()
+        })
+    };
+    let policies = if a.policies.is_empty() {
+        tiercache_sim::default_policies()
+    } else {
+        a.policies
+            .iter()
+            .map(|p| {
+                tiercache_sim::parse_policy(p).map_err(|e| anyhow::anyhow!("--policies {p}: {e}"))
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut spec = SimSpec {
+        block_size: u32::try_from(a.block_size).context("--block-size")?,
+        mode: a.mode,
+        sequential_cutoff: a.sequential_cutoff,
+        cache_sizes: a.cache_sizes.clone(),
+        policies,
+        device: DeviceModel::parse(&a.devices).map_err(anyhow::Error::msg)?,
+        queue_depth: a.queue_depth,
+        ..SimSpec::default()
+    };
+    if a.no_opt {
+        spec.opt = None;
+    }
+    if let (Some(rate), Some(mrc)) = (a.shards, spec.mrc.as_mut()) {
+        mrc.method = MrcMethod::Shards { rate };
+    }
+    let bar = indicatif::ProgressBar::new(1000);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:10} [{bar:40}] {percent}% {pos}‰ ({elapsed} elapsed, {eta} left)",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    let report = tiercache_sim::run(&input, &spec, &|p: &tiercache_sim::Progress| {
+        bar.set_message(format!("{:?}", p.phase).to_lowercase());
+        if let Some(f) = p.fraction {
+            bar.set_position((f * 1000.0) as u64);
+        }
+    })?;
+    bar.finish_and_clear();
+    let table = tiercache_sim::write_outputs(
+        &report,
+        &OutputPaths {
+            json: a.json.clone(),
+            png: a.png.clone(),
+        },
+    )?;
+    print!("{table}");
+    Ok(())
+}
