@@ -524,7 +524,7 @@ impl ConfigRunner {
         let mut lat = 0u64;
         for b in first..=last {
             let bstart = b << self.shift;
-            let bend = bstart + self.bs;
+            let bend = bstart.saturating_add(self.bs);
             let lo = r.offset.max(bstart);
             let hi = end.min(bend);
             let class = match r.access {

@@ -378,3 +378,19 @@ fn policies_parse() {
     assert!(parse_policy("mru").is_err());
     assert_eq!(policy_label(&PolicyConfig::default()), "smq+hotspot");
 }
+
+#[test]
+fn requests_at_the_end_of_the_address_space_do_not_overflow() {
+    let spec = SimSpec {
+        cache_sizes: vec![1 << 20],
+        ..SimSpec::default()
+    };
+    let reqs = [u64::MAX - 100, u64::MAX - 8192, 0].map(|o| Request {
+        time: tiercache_types::Time(0),
+        offset: o,
+        len: 1 << 20,
+        access: tiercache_types::Access::Write,
+    });
+    let rep = simulate(&mut IterSource(reqs.into_iter()), "edge", &spec, &|_| {}).unwrap();
+    assert_eq!(rep.trace.requests, 3);
+}

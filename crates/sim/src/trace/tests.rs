@@ -287,3 +287,37 @@ fn reads_gzip_and_zstd_by_magic_bytes() {
         .unwrap();
     assert_eq!(r, plain);
 }
+
+/// Garbage in gives errors or skipped lines, never a panic.
+#[test]
+fn garbage_never_panics() {
+    let mut rng = crate::rng::Rng::new(77);
+    let alphabet = b"0123456789,.+ \t\nRWQCDrwfio version23iolog-:#abc\xff";
+    let formats = [
+        TraceFormat::Fio,
+        TraceFormat::Blkparse,
+        TraceFormat::Msr,
+        TraceFormat::Tencent,
+        TraceFormat::Alibaba,
+        "csv:time=0,offset=1,len=2,op=3,op_read=R,volume=4,unit=sector"
+            .parse()
+            .unwrap(),
+    ];
+    for round in 0..300 {
+        let len = rng.below(400) as usize;
+        let mut text: Vec<u8> = (0..len)
+            .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+            .collect();
+        if round % 3 == 0 {
+            text.splice(0..0, b"fio version 3 iolog\n".iter().copied());
+        }
+        for f in &formats {
+            let opts = TraceOptions {
+                format: Some(f.clone()),
+                ..Default::default()
+            };
+            let _ = read_all(&text, &opts);
+        }
+        let _ = read_all(&text, &TraceOptions::default());
+    }
+}
