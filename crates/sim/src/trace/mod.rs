@@ -113,16 +113,6 @@ pub enum TraceFormat {
 impl TraceFormat {
     /// The names accepted by `FromStr`.
     pub const NAMES: &'static str = "fio, blkparse, msr, tencent, alibaba, csv:MAPPING";
-
-    /// Whether records carry timestamps (else time is the IO counter).
-    pub fn has_time(&self) -> bool {
-        match self {
-            TraceFormat::Csv(m) => m.time.is_some(),
-            // v2 has none, v3 has; decided per file by its header.
-            TraceFormat::Fio => true,
-            _ => true,
-        }
-    }
 }
 
 impl fmt::Display for TraceFormat {
