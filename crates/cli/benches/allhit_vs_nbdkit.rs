@@ -24,14 +24,20 @@ fn wait_for(path: &std::path::Path) {
 
 fn fio(socket: &std::path::Path, extra: &[&str]) -> f64 {
     let out = Command::new("fio")
-        .args(["--name=x", "--ioengine=nbd", "--output-format=json", "--group_reporting"])
+        .args([
+            "--name=x",
+            "--ioengine=nbd",
+            "--output-format=json",
+            "--group_reporting",
+        ])
         .arg(format!("--uri=nbd+unix:///?socket={}", socket.display()))
         .arg(format!("--size={SIZE}"))
         .args(extra)
         .output()
         .expect("fio (make deps installs it)");
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap_or(0)..]).expect("fio json");
+    let v: serde_json::Value =
+        serde_json::from_str(&text[text.find('{').unwrap_or(0)..]).expect("fio json");
     v["jobs"][0]["read"]["iops"].as_f64().unwrap_or(0.0)
 }
 
@@ -48,11 +54,22 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let file = d.join("file.img");
-    std::fs::File::create(&file).unwrap().set_len(256 << 20).unwrap();
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(256 << 20)
+        .unwrap();
     let mut children: Vec<Child> = Vec::new();
     children.push(
         Command::new(env!("CARGO_BIN_EXE_tiercache"))
-            .args(["serve", "--backing", &format!("mem:{SIZE}"), "--cache", "mem:300M", "--block-size", "4k"])
+            .args([
+                "serve",
+                "--backing",
+                &format!("mem:{SIZE}"),
+                "--cache",
+                "mem:300M",
+                "--block-size",
+                "4k",
+            ])
             .args(["--sequential-cutoff", "0", "--socket"])
             .arg(d.join("tc.sock"))
             .arg("--control")
@@ -62,7 +79,14 @@ fn main() {
             .spawn()
             .unwrap(),
     );
-    children.push(Command::new("nbdkit").args(["-f", "-U"]).arg(d.join("mem.sock")).args(["memory", SIZE]).spawn().unwrap());
+    children.push(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(d.join("mem.sock"))
+            .args(["memory", SIZE])
+            .spawn()
+            .unwrap(),
+    );
     children.push(
         Command::new("nbdkit")
             .args(["-f", "-U"])
@@ -101,7 +125,10 @@ fn main() {
         .output()
         .unwrap();
     let s: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
-    let (h, m) = (s["decisions"]["read_hits"].as_f64().unwrap(), s["decisions"]["read_misses"].as_f64().unwrap());
+    let (h, m) = (
+        s["decisions"]["read_hits"].as_f64().unwrap(),
+        s["decisions"]["read_misses"].as_f64().unwrap(),
+    );
     for mut c in children {
         let _ = c.kill();
         let _ = c.wait();
@@ -111,7 +138,16 @@ fn main() {
     println!("  tiercache (engine, all hits)  {t:>9.0}   rounds {tc:.0?}");
     println!("  nbdkit memory                 {k:>9.0}   rounds {mem:.0?}");
     println!("  nbdkit file cache=none        {f:>9.0}   rounds {fil:.0?}");
-    println!("  tiercache / nbdkit memory = {:.2}   (target >= 0.80)", t / k);
-    println!("  tiercache / nbdkit file   = {:.2}   (target > 1.00)", t / f);
-    println!("  tiercache hit ratio over the whole run (warm-up included): {:.2}%", 100.0 * h / (h + m));
+    println!(
+        "  tiercache / nbdkit memory = {:.2}   (target >= 0.80)",
+        t / k
+    );
+    println!(
+        "  tiercache / nbdkit file   = {:.2}   (target > 1.00)",
+        t / f
+    );
+    println!(
+        "  tiercache hit ratio over the whole run (warm-up included): {:.2}%",
+        100.0 * h / (h + m)
+    );
 }

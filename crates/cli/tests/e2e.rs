@@ -222,6 +222,7 @@ fn fio_verify_passes_in_every_mode_with_a_churning_cache() {
             ],
         );
         let out = run(Command::new("fio")
+            .current_dir(dir.path()) // fio leaves verify state files in its working directory
             .arg("--output-format=json")
             .args(["--ioengine=nbd", &format!("--uri={}", s.uri())])
             .args([
