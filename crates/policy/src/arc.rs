@@ -156,17 +156,8 @@ impl Replacement for Arc {
     fn kind(&self) -> ReplacementKind {
         ReplacementKind::Arc
     }
-    fn capacity(&self) -> u32 {
-        self.slots.capacity()
-    }
-    fn len(&self) -> u32 {
-        self.slots.len()
-    }
-    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
-        self.slots.lookup(oblock)
-    }
-    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
-        self.slots.oblock_of(cblock)
+    fn slots(&self) -> &SlotTable {
+        &self.slots
     }
 
     fn touch(&mut self, oblock: OriginBlock, _access: Access, _now: Time) {
@@ -252,15 +243,6 @@ impl Replacement for Arc {
         }
     }
 
-    fn is_dirty(&self, oblock: OriginBlock) -> bool {
-        self.slots
-            .lookup(oblock)
-            .is_some_and(|c| self.slots.is_dirty(c))
-    }
-    fn dirty_len(&self) -> u32 {
-        self.slots.dirty_count()
-    }
-
     /// The block a miss found in no ghost would evict (exact for such a
     /// miss; a ghost hit may pick the other list).
     fn peek_victim(&self) -> Option<OriginBlock> {
@@ -280,10 +262,6 @@ impl Replacement for Arc {
                 2
             }
         })
-    }
-
-    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
-        self.slots.for_each_resident(f)
     }
 
     fn memory_bytes(&self) -> usize {

@@ -60,21 +60,32 @@ pub struct Insertion {
 pub trait Replacement: Send {
     fn kind(&self) -> ReplacementKind;
 
+    /// The resident set (mapping, dirty bits, lists) the policy keeps.
+    fn slots(&self) -> &SlotTable;
+
     /// The slots managed (the cache size in blocks).
-    fn capacity(&self) -> u32;
+    fn capacity(&self) -> u32 {
+        self.slots().capacity()
+    }
 
     /// The resident blocks, clean and dirty.
-    fn len(&self) -> u32;
+    fn len(&self) -> u32 {
+        self.slots().len()
+    }
 
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The slot holding `oblock`, without recording an access.
-    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock>;
+    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
+        self.slots().lookup(oblock)
+    }
 
     /// The block held in slot `cblock`, if any.
-    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock>;
+    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
+        self.slots().oblock_of(cblock)
+    }
 
     /// Records an access to a resident block. Caller guarantees `oblock` is
     /// resident.
@@ -96,10 +107,15 @@ pub trait Replacement: Send {
     /// Marks a resident block dirty (must not be evicted) or clean.
     fn set_dirty(&mut self, oblock: OriginBlock, dirty: bool);
 
-    fn is_dirty(&self, oblock: OriginBlock) -> bool;
+    fn is_dirty(&self, oblock: OriginBlock) -> bool {
+        let s = self.slots();
+        s.lookup(oblock).is_some_and(|c| s.is_dirty(c))
+    }
 
     /// The number of dirty blocks.
-    fn dirty_len(&self) -> u32;
+    fn dirty_len(&self) -> u32 {
+        self.slots().dirty_count()
+    }
 
     /// The block the next `insert` would most likely evict, without side
     /// effects. A hint for admission; `None` when a slot is free.
@@ -113,7 +129,9 @@ pub trait Replacement: Send {
     }
 
     /// Calls `f(oblock, cblock, dirty)` for every resident block.
-    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool));
+    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
+        self.slots().for_each_resident(f)
+    }
 
     /// Bytes of RAM the policy uses, for reporting bytes per cache block.
     fn memory_bytes(&self) -> usize;

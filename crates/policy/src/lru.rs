@@ -27,17 +27,8 @@ impl Replacement for Lru {
     fn kind(&self) -> ReplacementKind {
         ReplacementKind::Lru
     }
-    fn capacity(&self) -> u32 {
-        self.slots.capacity()
-    }
-    fn len(&self) -> u32 {
-        self.slots.len()
-    }
-    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
-        self.slots.lookup(oblock)
-    }
-    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
-        self.slots.oblock_of(cblock)
+    fn slots(&self) -> &SlotTable {
+        &self.slots
     }
     fn touch(&mut self, oblock: OriginBlock, _access: Access, _now: Time) {
         if let Some(c) = self.slots.lookup(oblock) {
@@ -79,14 +70,6 @@ impl Replacement for Lru {
             }
         }
     }
-    fn is_dirty(&self, oblock: OriginBlock) -> bool {
-        self.slots
-            .lookup(oblock)
-            .is_some_and(|c| self.slots.is_dirty(c))
-    }
-    fn dirty_len(&self) -> u32 {
-        self.slots.dirty_count()
-    }
     fn peek_victim(&self) -> Option<OriginBlock> {
         if !self.slots.is_full() {
             return None;
@@ -94,9 +77,6 @@ impl Replacement for Lru {
         self.slots
             .front(CLEAN)
             .and_then(|c| self.slots.oblock_of(c))
-    }
-    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
-        self.slots.for_each_resident(f)
     }
     fn memory_bytes(&self) -> usize {
         self.slots.memory_bytes()

@@ -204,17 +204,8 @@ impl Replacement for S3Fifo {
     fn kind(&self) -> ReplacementKind {
         ReplacementKind::S3Fifo
     }
-    fn capacity(&self) -> u32 {
-        self.slots.capacity()
-    }
-    fn len(&self) -> u32 {
-        self.slots.len()
-    }
-    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
-        self.slots.lookup(oblock)
-    }
-    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
-        self.slots.oblock_of(cblock)
+    fn slots(&self) -> &SlotTable {
+        &self.slots
     }
 
     fn touch(&mut self, oblock: OriginBlock, _access: Access, _now: Time) {
@@ -277,15 +268,6 @@ impl Replacement for S3Fifo {
         }
     }
 
-    fn is_dirty(&self, oblock: OriginBlock) -> bool {
-        self.slots
-            .lookup(oblock)
-            .is_some_and(|c| self.slots.is_dirty(c))
-    }
-    fn dirty_len(&self) -> u32 {
-        self.slots.dirty_count()
-    }
-
     /// Simulates the eviction loops without moving anything: in small, the
     /// first block hit fewer than twice; in main, the first block with the
     /// lowest frequency. Looks at most 32 blocks deep per FIFO, so the answer
@@ -321,10 +303,6 @@ impl Replacement for S3Fifo {
             let main = self.slots.list_of(c) != SMALL;
             (u8::from(main) << 2) | self.freq(c)
         })
-    }
-
-    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
-        self.slots.for_each_resident(f)
     }
 
     fn memory_bytes(&self) -> usize {

@@ -172,17 +172,8 @@ impl Replacement for Smq {
     fn kind(&self) -> ReplacementKind {
         ReplacementKind::Smq
     }
-    fn capacity(&self) -> u32 {
-        self.slots.capacity()
-    }
-    fn len(&self) -> u32 {
-        self.slots.len()
-    }
-    fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
-        self.slots.lookup(oblock)
-    }
-    fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
-        self.slots.oblock_of(cblock)
+    fn slots(&self) -> &SlotTable {
+        &self.slots
     }
 
     fn touch(&mut self, oblock: OriginBlock, _access: Access, _now: Time) {
@@ -261,15 +252,6 @@ impl Replacement for Smq {
         }
     }
 
-    fn is_dirty(&self, oblock: OriginBlock) -> bool {
-        self.slots
-            .lookup(oblock)
-            .is_some_and(|c| self.slots.is_dirty(c))
-    }
-    fn dirty_len(&self) -> u32 {
-        self.slots.dirty_count()
-    }
-
     fn peek_victim(&self) -> Option<OriginBlock> {
         if !self.slots.is_full() {
             return None;
@@ -281,10 +263,6 @@ impl Replacement for Smq {
     /// then uses level 1, as the kernel does without a valid hint.
     fn hint(&self, oblock: OriginBlock) -> u8 {
         self.slots.lookup(oblock).map_or(0, |c| self.level_of(c))
-    }
-
-    fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
-        self.slots.for_each_resident(f)
     }
 
     fn memory_bytes(&self) -> usize {
