@@ -537,9 +537,13 @@ fn a_clean_restart_is_warm_and_refuses_the_wrong_backing_device() {
         .arg("check")
         .arg("--cache")
         .arg(dir.path().join("cache.img")));
-    // (the cleaner may have written some back meanwhile: count mapped blocks)
-    assert!(
-        out.contains("64 blocks mapped") && out.contains("no problems found"),
-        "{out}"
-    );
+    // (the cleaner may have written some back, and the copy-out promoted
+    // more: at least the 64 written blocks are mapped)
+    let mapped: u64 = out
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(mapped >= 64 && out.contains("no problems found"), "{out}");
 }
