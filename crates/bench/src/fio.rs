@@ -284,7 +284,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a.log");
         let b = dir.path().join("b.log");
-        std::fs::write(&a, "499, 100, 0, 0, 0\n999, 200, 0, 0, 0\n1500, 300, 0, 0, 0\n").unwrap();
+        std::fs::write(
+            &a,
+            "499, 100, 0, 0, 0\n999, 200, 0, 0, 0\n1500, 300, 0, 0, 0\n",
+        )
+        .unwrap();
         std::fs::write(&b, "500, 10, 0, 0, 0\n1001, 20, 0, 0, 0\n").unwrap();
         let m = merge_iops_logs(&[a, b], 500).unwrap();
         assert_eq!(m, vec![(0.5, 110.0), (1.0, 220.0)]);

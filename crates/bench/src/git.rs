@@ -215,7 +215,11 @@ fn measure(s: &Server, dir: &Path, src: &Path, greps: usize) -> Result<(f64, Vec
     std::fs::create_dir_all(&fs)?;
     let mut stack = Stack::default();
     stack.attach(s, &mnt, dir)?;
-    run_ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(stack.dev()?))?;
+    run_ok(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(stack.dev()?),
+    )?;
     stack.mount(&fs)?;
     let repo = fs.join("repo");
     let t = Instant::now();
@@ -442,12 +446,11 @@ fn generate_repo(bare: &Path, files: usize, commits: usize) -> Result<()> {
     if !st.success() {
         bail!("git fast-import failed: {st}");
     }
-    run_ok(
-        Command::new("git")
-            .arg("--git-dir")
-            .arg(bare)
-            .args(["symbolic-ref", "HEAD", "refs/heads/main"]),
-    )?;
+    run_ok(Command::new("git").arg("--git-dir").arg(bare).args([
+        "symbolic-ref",
+        "HEAD",
+        "refs/heads/main",
+    ]))?;
     run_ok(
         Command::new("git")
             .arg("--git-dir")

@@ -53,7 +53,7 @@ pub struct BenchArgs {
     /// 40M (5G with --full).
     #[arg(long, value_parser = parse_size_arg)]
     pub cache_size: Option<u64>,
-    /// Seconds each measured run lasts. Default 30 (1800 with --full).
+    /// Seconds each measured run lasts. Default 20 (1800 with --full).
     #[arg(long)]
     pub runtime: Option<u64>,
     /// Seconds of the study's job over the junk region before a "full of
@@ -84,6 +84,11 @@ pub struct BenchArgs {
     /// Skip nbdkit's cache filter.
     #[arg(long)]
     pub no_nbdkit: bool,
+    /// Skip the reference runs of tiercache with its cache in RAM
+    /// (`mem:`), the like-for-like comparison with nbdkit, whose cache file
+    /// lives in the kernel's page cache.
+    #[arg(long)]
+    pub no_ram_cache: bool,
     /// Also sweep the data size against the fixed cache size.
     #[arg(long)]
     pub sweep: bool,
@@ -142,7 +147,7 @@ impl Settings {
         const M: u64 = 1 << 20;
         let data = a.data_size.unwrap_or(if a.full { 4 * G } else { 32 * M });
         let cache = a.cache_size.unwrap_or(if a.full { 5 * G } else { 40 * M });
-        let runtime = a.runtime.unwrap_or(if a.full { 1800 } else { 30 });
+        let runtime = a.runtime.unwrap_or(if a.full { 1800 } else { 20 });
         let bs = a.block_size;
         if !(4096..=1 << 20).contains(&bs) || !bs.is_power_of_two() {
             bail!("--block-size {bs} must be a power of two from 4k to 1M");
@@ -179,13 +184,16 @@ pub struct Variant {
     pub policy: String,
     pub admission: Option<String>,
     pub mode: String,
+    /// Cache device in RAM (`mem:SIZE`) instead of a file.
+    pub ram: bool,
 }
 
 impl Variant {
     /// "tiercache" for the defaults, else "tiercache lru+always writeback".
     pub fn label(&self, only_default: bool) -> String {
+        let ram = if self.ram { " (RAM cache)" } else { "" };
         if only_default {
-            return "tiercache".into();
+            return format!("tiercache{ram}");
         }
         let mut s = format!("tiercache {}", self.policy);
         if let Some(a) = &self.admission {
@@ -196,6 +204,7 @@ impl Variant {
             s.push(' ');
             s.push_str(&self.mode);
         }
+        s.push_str(ram);
         s
     }
 
@@ -204,7 +213,11 @@ impl Variant {
             "--backing".into(),
             format!("hdd:{}", backing.display()),
             "--cache".into(),
-            cache.display().to_string(),
+            if self.ram {
+                format!("mem:{}", st.cache_size)
+            } else {
+                cache.display().to_string()
+            },
             "--block-size".into(),
             st.block_size.to_string(),
             "--policy".into(),
@@ -220,6 +233,8 @@ impl Variant {
     }
 }
 
+/// The file-cache variants (policies x modes), then, unless
+/// --no-ram-cache, the first of them again with its cache in RAM.
 fn variants(a: &BenchArgs) -> Vec<Variant> {
     let mut v = Vec::new();
     for p in &a.policies {
@@ -232,7 +247,13 @@ fn variants(a: &BenchArgs) -> Vec<Variant> {
                 policy: policy.clone(),
                 admission: admission.clone(),
                 mode: m.clone(),
+                ram: false,
             });
+        }
+    }
+    if !a.no_ram_cache {
+        if let Some(first) = v.first().cloned() {
+            v.push(Variant { ram: true, ..first });
         }
     }
     v
@@ -252,6 +273,19 @@ pub struct Results {
     pub notes: Vec<String>,
 }
 
+impl Results {
+    /// Mean IOPS of the fast-device runs (measured first and last).
+    pub fn fast_iops(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.kind == report::Kind::Fast)
+            .map(|r| r.measured.iops)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+}
+
 /// Runs the benchmark; `tiercache_exe` is the `tiercache` executable whose
 /// `serve` command provides every configuration but nbdkit's.
 pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
@@ -262,10 +296,7 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
         }
     }
     let work = args.work_dir.clone();
-    let out = args
-        .out_dir
-        .clone()
-        .unwrap_or_else(|| work.join("report"));
+    let out = args.out_dir.clone().unwrap_or_else(|| work.join("report"));
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let runs_dir = work.join("runs");
@@ -283,6 +314,7 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
     let fill_secs = 5.0 + st.junk_size as f64 / st.block_size as f64 / 150.0;
     let stale_secs = fill_secs + (st.junk_runtime + st.runtime) as f64;
     let mut plan: Vec<f64> = vec![5.0, st.runtime as f64, st.runtime as f64];
+    plan.push(st.runtime as f64); // The fast device again, at the end.
     for _ in &vars {
         plan.push(st.runtime as f64);
         plan.push(stale_secs);
@@ -325,8 +357,13 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
 
     prog.step("fast device alone", st.runtime as f64);
     let m = ctx.baseline(&format!("{}", fast.display()), "fast", 0)?;
-    runs.push(RunResult::new("fast device alone", report::Kind::Fast, false, m, None));
-    let threshold = runs[0].measured.pct(99.0).unwrap_or(0);
+    runs.push(RunResult::new(
+        "fast device alone",
+        report::Kind::Fast,
+        false,
+        m,
+        None,
+    ));
 
     prog.step("slow device alone (emulated HDD)", st.runtime as f64);
     let m = ctx.baseline(&format!("hdd:{}", backing.display()), "slow", st.junk_size)?;
@@ -338,11 +375,15 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
         None,
     ));
 
-    let only_default = vars.len() == 1;
+    let only_default = vars.iter().filter(|v| !v.ram).count() == 1;
     for v in &vars {
         let label = v.label(only_default);
         for stale in [false, true] {
-            let state = if stale { "full of stale data" } else { "empty cache" };
+            let state = if stale {
+                "full of stale data"
+            } else {
+                "empty cache"
+            };
             prog.step(
                 &format!("{label}, {state}"),
                 if stale { stale_secs } else { st.runtime as f64 },
@@ -367,7 +408,11 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
     }
     if nbdkit {
         for stale in [false, true] {
-            let state = if stale { "full of stale data" } else { "empty cache" };
+            let state = if stale {
+                "full of stale data"
+            } else {
+                "empty cache"
+            };
             prog.step(
                 &format!("nbdkit cache filter, {state}"),
                 if stale { stale_secs } else { st.runtime as f64 },
@@ -381,6 +426,18 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
             }
         }
     }
+
+    // The machine is shared and its disk's speed drifts: measuring the
+    // fast device before and after everything else brackets the drift.
+    prog.step("fast device alone, again", st.runtime as f64);
+    let m = ctx.baseline(&format!("{}", fast.display()), "fast-again", 0)?;
+    runs.push(RunResult::new(
+        "fast device alone, again at the end",
+        report::Kind::Fast,
+        false,
+        m,
+        None,
+    ));
 
     let mut sweep = Vec::new();
     if args.sweep {
@@ -416,6 +473,13 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
     };
     prog.finish();
 
+    // The fast device's p99 (the larger of its two runs).
+    let threshold = runs
+        .iter()
+        .filter(|r| r.kind == report::Kind::Fast)
+        .filter_map(|r| r.measured.pct(99.0))
+        .max()
+        .unwrap_or(0);
     let results = Results {
         settings: st,
         variants: vars,
@@ -496,7 +560,8 @@ impl Ctx {
                 &format!("{name}-junk-hot"),
             );
             hot.log_msec = 0;
-            hot.run().context("junk phase 2 (the study's job on region A)")?;
+            hot.run()
+                .context("junk phase 2 (the study's job on region A)")?;
         }
         Ok(())
     }
@@ -517,7 +582,12 @@ impl Ctx {
     ) -> Result<RunResult> {
         let name = slug(label);
         let cache = self.fresh_cache("tiercache")?;
-        let s = Server::tiercache(&self.exe, &self.work, &name, &v.serve_args(&self.st, backing, &cache))?;
+        let s = Server::tiercache(
+            &self.exe,
+            &self.work,
+            &name,
+            &v.serve_args(&self.st, backing, &cache),
+        )?;
         let mut note = String::new();
         if stale {
             self.make_junk(&s.uri(), &name)?;
@@ -529,12 +599,19 @@ impl Ctx {
         }
         let before = s.stats()?;
         let m = self
-            .study(&s.uri(), self.st.junk_size, self.st.data_size, self.st.runtime, &name)
+            .study(
+                &s.uri(),
+                self.st.junk_size,
+                self.st.data_size,
+                self.st.runtime,
+                &name,
+            )
             .run()?;
         let d = s.stats()?.since(&before);
         s.stop()?;
         let _ = std::fs::remove_file(&cache);
         let mut r = RunResult::new(label, report::Kind::Tiercache, stale, m, d.hit_ratio());
+        r.ram_cache = v.ram;
         r.promotions = Some(d.promotions);
         r.demotions = Some(d.demotions);
         r.note = note;
@@ -542,7 +619,11 @@ impl Ctx {
     }
 
     fn nbdkit(&self, backing: &Path, stale: bool) -> Result<RunResult> {
-        let name = if stale { "nbdkit-stale" } else { "nbdkit-empty" };
+        let name = if stale {
+            "nbdkit-stale"
+        } else {
+            "nbdkit-empty"
+        };
         let hdd = Server::tiercache(
             &self.exe,
             &self.work,
@@ -560,7 +641,13 @@ impl Ctx {
             self.make_junk(&nk.uri(), name)?;
         }
         let m = self
-            .study(&nk.uri(), self.st.junk_size, self.st.data_size, self.st.runtime, name)
+            .study(
+                &nk.uri(),
+                self.st.junk_size,
+                self.st.data_size,
+                self.st.runtime,
+                name,
+            )
             .run()?;
         nk.stop()?;
         hdd.stop()?;
@@ -600,7 +687,12 @@ impl Ctx {
     ) -> Result<SweepPoint> {
         let name = format!("sweep-{factor}");
         let cache = self.fresh_cache("sweep")?;
-        let s = Server::tiercache(&self.exe, &self.work, &name, &v.serve_args(&self.st, backing, &cache))?;
+        let s = Server::tiercache(
+            &self.exe,
+            &self.work,
+            &name,
+            &v.serve_args(&self.st, backing, &cache),
+        )?;
         let mut warm = self.study(
             &s.uri(),
             0,
@@ -643,10 +735,14 @@ fn slug(s: &str) -> String {
 /// extents (a sparse file's holes read without touching the disk, which
 /// would flatter the fast-device baseline).
 fn write_file(path: &Path, size: u64) -> Result<()> {
-    if std::fs::metadata(path).map(|m| m.len() == size).unwrap_or(false) {
+    if std::fs::metadata(path)
+        .map(|m| m.len() == size)
+        .unwrap_or(false)
+    {
         return Ok(()); // Left by an earlier run with --keep-files.
     }
-    let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     for b in buf.iter_mut() {
@@ -693,10 +789,13 @@ mod tests {
         assert_eq!(s.data_size, 32 << 20);
         assert_eq!(s.cache_size, 40 << 20);
         assert_eq!(s.junk_size, 40 << 20);
-        assert_eq!(s.junk_runtime, 15);
+        assert_eq!(s.junk_runtime, 10);
         let a = Cli::parse_from(["x", "--full"]).b;
         let s = Settings::resolve(&a).unwrap();
-        assert_eq!((s.data_size, s.cache_size, s.runtime), (4 << 30, 5 << 30, 1800));
+        assert_eq!(
+            (s.data_size, s.cache_size, s.runtime),
+            (4 << 30, 5 << 30, 1800)
+        );
         let a = Cli::parse_from(["x", "--block-size", "3k"]).b;
         assert!(Settings::resolve(&a).is_err());
     }
@@ -705,8 +804,15 @@ mod tests {
     fn variants_and_labels() {
         let a = Cli::parse_from(["x", "--policies", "smq,lru+always", "--modes", "writeback"]).b;
         let v = variants(&a);
-        assert_eq!(v.len(), 2);
+        assert_eq!(v.len(), 3);
         assert_eq!(v[1].label(false), "tiercache lru+always writeback");
-        assert_eq!(slug("tiercache lru, empty cache"), "tiercache-lru-empty-cache");
+        assert_eq!(v[2].label(false), "tiercache smq writeback (RAM cache)");
+        assert!(v[2].ram && !v[0].ram);
+        let a = Cli::parse_from(["x", "--no-ram-cache"]).b;
+        assert_eq!(variants(&a).len(), 1);
+        assert_eq!(
+            slug("tiercache lru, empty cache"),
+            "tiercache-lru-empty-cache"
+        );
     }
 }

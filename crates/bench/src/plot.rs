@@ -57,12 +57,7 @@ pub fn write_all(r: &Results, out: &Path) -> Result<Vec<(String, String)>> {
         iops_plot(&out.join("iops.png"), title, &colored, true)?;
         files.push((title.to_string(), "iops.png".to_string()));
         // The zoom: configurations far below the fast device.
-        let fast = r
-            .runs
-            .iter()
-            .find(|x| x.kind == Kind::Fast)
-            .map(|x| x.measured.iops)
-            .unwrap_or(f64::INFINITY);
+        let fast = r.fast_iops().unwrap_or(f64::INFINITY);
         let low: Vec<(&RunResult, RGBColor)> = colored
             .iter()
             .copied()
@@ -79,7 +74,12 @@ pub fn write_all(r: &Results, out: &Path) -> Result<Vec<(String, String)>> {
         .iter()
         .map(|(x, c)| (x.label.clone(), *c, &x.measured))
         .collect();
-    latency_plot(&out.join("latency.png"), title, &series, r.fast_threshold_ns)?;
+    latency_plot(
+        &out.join("latency.png"),
+        title,
+        &series,
+        r.fast_threshold_ns,
+    )?;
     files.push((title.to_string(), "latency.png".to_string()));
     if !r.sweep.is_empty() {
         let title = format!(
@@ -259,7 +259,10 @@ fn latency_plot(
         .y_label_area_size(90)
         .build_cartesian_2d(xmin..xmax, (ymin..ymax).log_scale())
         .map_err(e)?;
-    let ticks: Vec<f64> = [50.0, 90.0, 99.0, 99.9, 99.99].iter().map(|&p| nines(p)).collect();
+    let ticks: Vec<f64> = [50.0, 90.0, 99.0, 99.9, 99.99]
+        .iter()
+        .map(|&p| nines(p))
+        .collect();
     chart
         .configure_mesh()
         .x_desc("percentile of completion latency")
@@ -269,7 +272,10 @@ fn latency_plot(
         .x_labels(40)
         .x_label_formatter(&|x| {
             // Label only the ticks that are a whole number of nines or 50%.
-            for (&t, p) in ticks.iter().zip(["50th", "90th", "99th", "99.9th", "99.99th"]) {
+            for (&t, p) in ticks
+                .iter()
+                .zip(["50th", "90th", "99th", "99.9th", "99.99th"])
+            {
                 if (x - t).abs() < 0.03 {
                     return p.to_string();
                 }
@@ -341,22 +347,24 @@ fn sweep_plot(path: &Path, title: &str, r: &Results) -> Result<()> {
 }
 
 fn factor_range(r: &Results) -> (f64, f64) {
-    let lo = r.sweep.iter().map(|p| p.factor).fold(f64::INFINITY, f64::min);
+    let lo = r
+        .sweep
+        .iter()
+        .map(|p| p.factor)
+        .fold(f64::INFINITY, f64::min);
     let hi = r.sweep.iter().map(|p| p.factor).fold(0.0, f64::max);
     (lo / 1.4, hi * 1.4)
 }
 
 fn sweep_iops(area: &DrawingArea<BitMapBackend, Shift>, r: &Results) -> Result<()> {
     let (xlo, xhi) = factor_range(r);
-    let refs: Vec<(&str, f64, RGBColor)> = r
-        .runs
-        .iter()
-        .filter_map(|x| match x.kind {
-            Kind::Fast => Some(("fast device alone", x.measured.iops, COLORS[0])),
-            Kind::Slow => Some(("slow device alone", x.measured.iops, COLORS[1])),
-            _ => None,
-        })
-        .collect();
+    let mut refs: Vec<(&str, f64, RGBColor)> = Vec::new();
+    if let Some(f) = r.fast_iops() {
+        refs.push(("fast device alone", f, COLORS[0]));
+    }
+    if let Some(s) = r.runs.iter().find(|x| x.kind == Kind::Slow) {
+        refs.push(("slow device alone", s.measured.iops, COLORS[1]));
+    }
     let vals: Vec<f64> = r
         .sweep
         .iter()
@@ -443,7 +451,10 @@ fn hot_set_edge(r: &Results) -> Option<f64> {
 fn sweep_shares(area: &DrawingArea<BitMapBackend, Shift>, r: &Results) -> Result<()> {
     let (xlo, xhi) = factor_range(r);
     let mut chart = ChartBuilder::on(area)
-        .caption("hit ratio and IOs served at fast-device latency", (FONT, 22))
+        .caption(
+            "hit ratio and IOs served at fast-device latency",
+            (FONT, 22),
+        )
         .margin(15)
         .x_label_area_size(55)
         .y_label_area_size(70)

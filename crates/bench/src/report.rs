@@ -27,6 +27,9 @@ pub struct RunResult {
     pub hit_ratio: Option<f64>,
     pub promotions: Option<u64>,
     pub demotions: Option<u64>,
+    /// tiercache with its cache device in RAM (a reference, not a target
+    /// for "as fast as the fast device").
+    pub ram_cache: bool,
     pub note: String,
 }
 
@@ -46,6 +49,7 @@ impl RunResult {
             hit_ratio,
             promotions: None,
             demotions: None,
+            ram_cache: false,
             note: String::new(),
         }
     }
@@ -110,15 +114,11 @@ fn fmt_iops(v: f64) -> String {
 
 /// The Markdown results table: one row per configuration.
 pub fn table(r: &Results) -> String {
-    let fast = r
-        .runs
-        .iter()
-        .find(|x| x.kind == Kind::Fast)
-        .map(|x| x.measured.iops);
+    let fast = r.fast_iops();
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| configuration | avg IOPS | vs fast | hit ratio | p50 | p90 | p99 | p99.9 | p99.99 | IOs at fast latency (<= {}) |",
+        "| configuration | avg IOPS | vs fast (mean of both runs) | hit ratio | p50 | p90 | p99 | p99.9 | p99.99 | IOs at fast latency (<= {}) |",
         fmt_lat(Some(r.fast_threshold_ns))
     );
     t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -178,21 +178,25 @@ pub fn targets(r: &Results) -> Vec<Target> {
             .iter()
             .find(|x| x.kind == kind && x.stale == stale && x.label.starts_with(label_prefix))
     };
-    let fast = find(Kind::Fast, false, "");
+    let fast = r.fast_iops();
     let st = &r.settings;
-    for x in r.runs.iter().filter(|x| x.kind == Kind::Tiercache && !x.stale) {
+    for x in r
+        .runs
+        .iter()
+        .filter(|x| x.kind == Kind::Tiercache && !x.stale)
+    {
         let base = x.label.trim_end_matches(", empty cache");
         // 1. Hot set fits: the main comparison has all the data fitting.
-        if let Some(f) = fast {
+        // (A cache in RAM is a reference, not held to the fast device.)
+        if let (Some(f), false) = (fast, x.ram_cache) {
             if st.data_size <= st.cache_size {
-                let ratio = x.measured.iops / f.measured.iops;
+                let ratio = x.measured.iops / f;
                 out.push(Target {
                     pass: ratio >= 0.85,
                     text: format!(
-                        "{base}: data fits the cache: avg IOPS {:.0} = {:.1}% of the fast device alone ({:.0}); target >= 85%",
+                        "{base}: data fits the cache: avg IOPS {:.0} = {:.1}% of the fast device alone ({f:.0}, mean of its two runs); target >= 85%",
                         x.measured.iops,
                         ratio * 100.0,
-                        f.measured.iops
                     ),
                 });
             }
@@ -237,7 +241,7 @@ pub fn targets(r: &Results) -> Vec<Target> {
     // Sweep points where all the data fits count for target 1 too.
     if let Some(f) = fast {
         for p in r.sweep.iter().filter(|p| p.data_size <= st.cache_size) {
-            let ratio = p.measured.iops / f.measured.iops;
+            let ratio = p.measured.iops / f;
             out.push(Target {
                 pass: ratio >= 0.85,
                 text: format!(
@@ -257,10 +261,7 @@ pub fn targets(r: &Results) -> Vec<Target> {
 /// `out`. Returns the text summary for the terminal (table and targets).
 pub fn write(r: &Results, out: &Path) -> Result<String> {
     std::fs::create_dir_all(out)?;
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(r)?,
-    )?;
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
     for x in &r.runs {
         let mut csv = String::from("seconds,iops_all_jobs\n");
         for (t, v) in &x.measured.series {

@@ -45,12 +45,22 @@ fn tiercache_exe() -> PathBuf {
 /// Checks the PNG signature and decodes the whole image.
 fn assert_png(p: &Path) {
     let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{} is not a PNG", p.display());
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        p.display()
+    );
     let dec = png::Decoder::new(std::io::Cursor::new(bytes));
     let mut reader = dec.read_info().unwrap();
     let mut buf = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buf).unwrap();
-    assert!(info.width >= 800 && info.height >= 600, "{}: {}x{}", p.display(), info.width, info.height);
+    assert!(
+        info.width >= 800 && info.height >= 600,
+        "{}: {}x{}",
+        p.display(),
+        info.width,
+        info.height
+    );
     // Not a blank canvas: some pixels are not white.
     assert!(buf.iter().any(|&b| b < 200), "{} is blank", p.display());
 }
@@ -89,6 +99,9 @@ fn tiny_bench_writes_a_complete_report_and_the_cache_beats_the_hdd() {
         "slow device alone (HDD model)",
         "tiercache, empty cache",
         "tiercache, full of stale data",
+        "tiercache (RAM cache), empty cache",
+        "tiercache (RAM cache), full of stale data",
+        "fast device alone, again at the end",
     ];
     if with_nbdkit {
         labels.push("nbdkit cache filter, empty cache");
@@ -96,12 +109,17 @@ fn tiny_bench_writes_a_complete_report_and_the_cache_beats_the_hdd() {
     }
     for l in &labels {
         assert!(
-            report.lines().any(|line| line.starts_with(&format!("| {l} |"))),
+            report
+                .lines()
+                .any(|line| line.starts_with(&format!("| {l} |"))),
             "no table row for {l}:\n{report}"
         );
     }
     for png in ["iops.png", "iops-zoom.png", "latency.png"] {
-        assert!(report.contains(&format!("]({png})")), "REPORT.md does not embed {png}");
+        assert!(
+            report.contains(&format!("]({png})")),
+            "REPORT.md does not embed {png}"
+        );
         assert_png(&out.join(png));
     }
     assert!(report.contains("## Targets"), "{report}");
@@ -134,7 +152,12 @@ fn tiny_bench_writes_a_complete_report_and_the_cache_beats_the_hdd() {
     for r in runs {
         // Merged IOPS logs: one point per 500 ms window, both jobs summed.
         let series = r["measured"]["series"].as_array().unwrap();
-        assert!(series.len() >= 3, "{}: {} windows", r["label"], series.len());
+        assert!(
+            series.len() >= 3,
+            "{}: {} windows",
+            r["label"],
+            series.len()
+        );
         let pcts = r["measured"]["clat_percentiles"].as_array().unwrap();
         assert!(pcts.len() >= 5, "{}", r["label"]);
     }
