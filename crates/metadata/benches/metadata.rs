@@ -18,7 +18,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 use tiercache_device::{BlockDevice, CountingDevice, FileDevice, MemDevice};
-use tiercache_metadata::codec::JOURNAL_RECORDS_PER_BLOCK;
+use tiercache_metadata::codec::{ENTRY_LEN, JOURNAL_RECORDS_PER_BLOCK};
 use tiercache_metadata::{
     default_journal_bytes, BackingIdentity, Entry, FormatParams, Layout, MetadataStore,
 };
@@ -116,12 +116,14 @@ fn entry_for(slot: u32, slots: u64, rng: &mut StdRng) -> Option<Entry> {
         oblock: u64::from(slot) + slots * rng.gen_range(0..16),
         dirty: rng.gen_bool(0.5),
         hint: rng.gen_range(0..64),
+        crc: rng.gen_bool(0.5).then(|| rng.gen()),
     })
 }
 
 fn write_amplification(slots: u64) {
     println!("== metadata bytes written per slot update ({slots} slots, 4 KiB blocks) ==");
-    let one_64th = (slots * 8 / 64).max(1 << 20);
+    let mapping_bytes = slots * ENTRY_LEN as u64;
+    let one_64th = (mapping_bytes / 64).max(1 << 20);
     for (name, journal) in [
         ("default journal (2x mapping)", None),
         ("journal 1/64 of mapping, >= 1 MiB", Some(one_64th)),
@@ -130,7 +132,7 @@ fn write_amplification(slots: u64) {
         println!(
             "-- {name}: {} MiB journal, {:.1} MiB mapping snapshot",
             jbytes >> 20,
-            (slots * 8) as f64 / (1 << 20) as f64
+            mapping_bytes as f64 / (1 << 20) as f64
         );
         for batch in [1u64, 8, 64] {
             let dev = mem_device(slots, journal);
@@ -210,7 +212,7 @@ fn recovery(name: &str, dev: Arc<dyn BlockDevice>, slots: u64) {
     println!(
         "{name}: open after crash {:.1} ms ({used} journal blocks, {} records replayed, \
          then a checkpoint snapshot written); open after clean shutdown {:.1} ms; \
-         one snapshot (commit stall) {:.1} ms; (journal fill: {:.1} s, {:.2} ms per 336-record commit)",
+         one snapshot (commit stall) {:.1} ms; (journal fill: {:.1} s, {:.2} ms per {JOURNAL_RECORDS_PER_BLOCK}-record commit)",
         unclean.as_secs_f64() * 1e3,
         rec.journal_records_replayed,
         clean.as_secs_f64() * 1e3,

@@ -1,6 +1,6 @@
 //! Offline consistency check and repair.
 
-use crate::codec::{unpack, Superblock};
+use crate::codec::{unpack, PackedEntry, Superblock, FREE_ENTRY};
 use crate::error::{MetadataError, Result};
 use crate::layout::SNAPSHOT_ENTRIES_PER_BLOCK;
 use crate::read::{
@@ -105,7 +105,7 @@ impl fmt::Display for Report {
 struct Scan {
     report: Report,
     sb: Superblock,
-    map: Vec<u64>,
+    map: Vec<PackedEntry>,
     /// Per slot: sequence of the commit that last set it (0: the snapshot).
     updated: Vec<u64>,
     /// Highest journal sequence seen anywhere in the ring (for a new epoch).
@@ -258,7 +258,7 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
     })
 }
 
-fn count(report: &mut Report, map: &[u64]) {
+fn count(report: &mut Report, map: &[PackedEntry]) {
     report.entries = 0;
     report.dirty_entries = 0;
     for &w in map {
@@ -355,7 +355,7 @@ pub fn repair(dev: Arc<dyn BlockDevice>) -> Result<Report> {
                 }
             ));
         }
-        s.map[slot as usize] = 0;
+        s.map[slot as usize] = FREE_ENTRY;
     }
     for (oblock, slots) in &c.duplicates {
         if *oblock >= backing_blocks {
@@ -395,7 +395,7 @@ pub fn repair(dev: Arc<dyn BlockDevice>) -> Result<Report> {
                     "origin block {oblock}: dropped {} slot {sl}, kept slot {keep}",
                     if was_dirty { "DIRTY" } else { "clean" }
                 ));
-                s.map[sl as usize] = 0;
+                s.map[sl as usize] = FREE_ENTRY;
             }
         }
     }

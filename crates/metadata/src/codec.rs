@@ -32,7 +32,7 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TCSNAPSH";
 pub const JOURNAL_MAGIC: [u8; 8] = *b"TCJOURNL";
 
 /// The on-disk format version this crate reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Feature bits this version understands (none yet). A superblock with an
 /// unknown `incompat` bit is refused; with an unknown `ro_compat` bit it is
@@ -42,8 +42,10 @@ pub const KNOWN_COMPAT: u64 = 0;
 pub const KNOWN_RO_COMPAT: u64 = 0;
 pub const KNOWN_INCOMPAT: u64 = 0;
 
-/// Journal records per journal block: `(4096 - 64) / 12`.
-pub const JOURNAL_RECORDS_PER_BLOCK: usize = (META_BLOCK - PAYLOAD_AT) / 12;
+/// Length of a journal record: slot u32 then a packed entry.
+pub const RECORD_LEN: usize = 4 + ENTRY_LEN;
+/// Journal records per journal block: `(4096 - 64) / 16` = 252.
+pub const JOURNAL_RECORDS_PER_BLOCK: usize = (META_BLOCK - PAYLOAD_AT) / RECORD_LEN;
 
 /// Largest origin block number an entry can hold (48 bits).
 pub const MAX_OBLOCK: u64 = (1 << 48) - 1;
@@ -53,6 +55,8 @@ pub const MAX_HINT: u8 = 63;
 const VALID_BIT: u64 = 1 << 48;
 const DIRTY_BIT: u64 = 1 << 49;
 const HINT_SHIFT: u32 = 50;
+/// The entry carries a crc (bytes 8..12 of the packed entry).
+const HAS_CRC_BIT: u64 = 1 << 56;
 
 /// Sequence numbers and generations stay below this (a decoder refuses
 /// larger ones), so arithmetic on them cannot overflow. At one journal
@@ -68,8 +72,9 @@ const SB_FLAG_DETACHED: u8 = 2;
 pub const POLICY_LEN: usize = 32;
 pub const PATH_HINT_LEN: usize = 256;
 
-/// One cache slot's mapping: which origin block it holds and whether the
-/// cache copy is newer than the origin (dirty).
+/// One cache slot's mapping: which origin block it holds, whether the
+/// cache copy is newer than the origin (dirty), and for clean claims a
+/// checksum of the content they vouch for.
 ///
 /// `oblock` and `dirty` are authoritative; `hint` is the replacement
 /// policy's advisory value (`Replacement::hint` in tiercache-policy),
@@ -79,42 +84,91 @@ pub struct Entry {
     pub oblock: u64,
     pub dirty: bool,
     pub hint: u8,
+    /// crc32c (the `crc32c` crate's `crc32c()`, see [`content_crc`]) of the
+    /// block content when the claim was made: over the slot's full
+    /// `block_size` bytes, or over the first bytes of the slot only for the
+    /// backing device's short last block ([`claim_len`]). Meaningful for
+    /// clean entries. `None` = unknown: a clean entry without a crc is
+    /// trusted only after a clean shutdown.
+    pub crc: Option<u32>,
 }
 
+/// Length of a packed entry on disk.
+pub const ENTRY_LEN: usize = 12;
+
+/// The on-disk form of an optional entry: the little-endian entry word
+/// (bytes 0..8) then the little-endian crc (bytes 8..12). See
+/// [`Entry::pack`].
+pub type PackedEntry = [u8; ENTRY_LEN];
+
+/// A free slot: 12 zero bytes.
+pub const FREE_ENTRY: PackedEntry = [0; ENTRY_LEN];
+
 impl Entry {
-    /// Packs into the on-disk 8-byte form: origin block in bits 0..48,
-    /// valid bit 48, dirty bit 49, hint in bits 50..56, bits 56..64 zero.
+    /// Packs into the on-disk 12-byte form. The u64 word: origin block in
+    /// bits 0..48, valid bit 48, dirty bit 49, hint in bits 50..56, has-crc
+    /// bit 56, bits 57..64 zero; then the u32 crc (zero without a crc).
     /// `oblock` above [`MAX_OBLOCK`] is the caller's bug (checked by
     /// `MetadataStore::record`); here it is masked.
-    pub fn pack(self) -> u64 {
-        (self.oblock & MAX_OBLOCK)
+    pub fn pack(self) -> PackedEntry {
+        let word = (self.oblock & MAX_OBLOCK)
             | VALID_BIT
             | if self.dirty { DIRTY_BIT } else { 0 }
             | (u64::from(self.hint.min(MAX_HINT)) << HINT_SHIFT)
+            | if self.crc.is_some() { HAS_CRC_BIT } else { 0 };
+        let mut p = FREE_ENTRY;
+        p[..8].copy_from_slice(&word.to_le_bytes());
+        p[8..].copy_from_slice(&self.crc.unwrap_or(0).to_le_bytes());
+        p
     }
 }
 
 /// Packs an optional entry; `None` (a free slot) is all zeros.
-pub fn pack(entry: Option<Entry>) -> u64 {
-    entry.map_or(0, Entry::pack)
+pub fn pack(entry: Option<Entry>) -> PackedEntry {
+    entry.map_or(FREE_ENTRY, Entry::pack)
 }
 
-/// Unpacks an 8-byte entry. A free slot must be all zeros; the spare bits
-/// 56..64 of a valid entry are ignored (reserved for compat features).
-pub fn unpack(word: u64) -> Result<Option<Entry>, DecodeError> {
+/// Unpacks a 12-byte entry. A free slot must be all zeros; a non-zero crc
+/// needs the has-crc bit. The spare bits 57..64 of a valid entry are
+/// ignored (reserved for compat features).
+pub fn unpack(p: PackedEntry) -> Result<Option<Entry>, DecodeError> {
+    let word = rd_u64(&p, 0);
+    let crc = rd_u32(&p, 8);
     if word & VALID_BIT == 0 {
-        if word != 0 {
+        if word != 0 || crc != 0 {
             return Err(DecodeError::Invalid(format!(
-                "free entry with stray bits {word:#018x}"
+                "free entry with stray bits {word:#018x} / crc {crc:#010x}"
             )));
         }
         return Ok(None);
+    }
+    let has_crc = word & HAS_CRC_BIT != 0;
+    if !has_crc && crc != 0 {
+        return Err(DecodeError::Invalid(format!(
+            "entry without the has-crc bit carries crc {crc:#010x}"
+        )));
     }
     Ok(Some(Entry {
         oblock: word & MAX_OBLOCK,
         dirty: word & DIRTY_BIT != 0,
         hint: ((word >> HINT_SHIFT) & 0x3f) as u8,
+        crc: has_crc.then_some(crc),
     }))
+}
+
+/// The crc a clean claim carries: crc32c of the claimed bytes of the slot
+/// (`claim_len` bytes from the slot's start).
+pub fn content_crc(claimed: &[u8]) -> u32 {
+    crc32c::crc32c(claimed)
+}
+
+/// Bytes of a slot a claim on origin block `oblock` covers: the whole
+/// block, or the part of the backing device's short last block that
+/// exists. Zero for a block at or beyond the end of the backing device.
+pub fn claim_len(block_size: u32, backing_size: u64, oblock: u64) -> usize {
+    let bs = u64::from(block_size);
+    let start = oblock.saturating_mul(bs);
+    backing_size.saturating_sub(start).min(bs) as usize
 }
 
 /// Why a block did not decode.
@@ -149,6 +203,9 @@ fn rd_u32(b: &[u8], at: usize) -> u32 {
 }
 fn rd_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn rd_entry(b: &[u8], at: usize) -> PackedEntry {
+    b[at..at + ENTRY_LEN].try_into().expect("12 bytes")
 }
 fn wr_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
@@ -488,14 +545,14 @@ pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError
     })
 }
 
-/// A decoded snapshot block: entries `index * 504 ..` of the mapping.
+/// A decoded snapshot block: entries `index * 336 ..` of the mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotBlock {
     pub header: Header,
     /// Position of this block within its area.
     pub index: u32,
-    /// Packed entries (see [`Entry::pack`]), at most 504.
-    pub entries: Vec<u64>,
+    /// Packed entries (see [`Entry::pack`]), at most 336.
+    pub entries: Vec<PackedEntry>,
 }
 
 /// Encodes snapshot block `index` of snapshot `seq`, stored at device block
@@ -506,7 +563,7 @@ pub fn encode_snapshot_block(
     seq: u64,
     block: u64,
     index: u32,
-    entries: &[u64],
+    entries: &[PackedEntry],
     out: &mut [u8],
 ) {
     assert!(entries.len() <= SNAPSHOT_ENTRIES_PER_BLOCK && out.len() == META_BLOCK);
@@ -515,7 +572,8 @@ pub fn encode_snapshot_block(
     wr_u32(out, 48, index);
     wr_u32(out, 52, entries.len() as u32);
     for (i, e) in entries.iter().enumerate() {
-        wr_u64(out, PAYLOAD_AT + 8 * i, *e);
+        let at = PAYLOAD_AT + ENTRY_LEN * i;
+        out[at..at + ENTRY_LEN].copy_from_slice(e);
     }
     seal(out);
 }
@@ -533,7 +591,7 @@ pub fn decode_snapshot_block(b: &[u8], block: u64) -> Result<SnapshotBlock, Deco
     }
     let mut entries = Vec::with_capacity(count);
     for i in 0..count {
-        let w = rd_u64(b, PAYLOAD_AT + 8 * i);
+        let w = rd_entry(b, PAYLOAD_AT + ENTRY_LEN * i);
         unpack(w)?;
         entries.push(w);
     }
@@ -548,7 +606,7 @@ pub fn decode_snapshot_block(b: &[u8], block: u64) -> Result<SnapshotBlock, Deco
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record {
     pub slot: u32,
-    pub entry: u64,
+    pub entry: PackedEntry,
 }
 
 /// A decoded journal block.
@@ -577,9 +635,9 @@ pub fn encode_journal_block(jb: &JournalBlock, out: &mut [u8]) {
     wr_u32(out, 56, jb.records.len() as u32);
     wr_u32(out, 60, if jb.last { JOURNAL_FLAG_LAST } else { 0 });
     for (i, r) in jb.records.iter().enumerate() {
-        let at = PAYLOAD_AT + 12 * i;
+        let at = PAYLOAD_AT + RECORD_LEN * i;
         wr_u32(out, at, r.slot);
-        wr_u64(out, at + 4, r.entry);
+        out[at + 4..at + RECORD_LEN].copy_from_slice(&r.entry);
     }
     seal(out);
 }
@@ -616,10 +674,10 @@ pub fn decode_journal_block(b: &[u8], block: u64) -> Result<JournalBlock, Decode
     }
     let mut records = Vec::with_capacity(count);
     for i in 0..count {
-        let at = PAYLOAD_AT + 12 * i;
+        let at = PAYLOAD_AT + RECORD_LEN * i;
         let r = Record {
             slot: rd_u32(b, at),
-            entry: rd_u64(b, at + 4),
+            entry: rd_entry(b, at + 4),
         };
         unpack(r.entry)?;
         records.push(r);
@@ -665,28 +723,96 @@ mod tests {
         }
     }
 
+    fn packed(word: u64, crc: u32) -> PackedEntry {
+        let mut p = FREE_ENTRY;
+        p[..8].copy_from_slice(&word.to_le_bytes());
+        p[8..].copy_from_slice(&crc.to_le_bytes());
+        p
+    }
+
     #[test]
     fn entry_round_trip_and_layout() {
         let e = Entry {
             oblock: MAX_OBLOCK,
             dirty: true,
             hint: 63,
+            crc: Some(u32::MAX),
         };
         assert_eq!(unpack(e.pack()).unwrap(), Some(e));
-        assert_eq!(unpack(0).unwrap(), None);
-        assert_eq!(pack(None), 0);
+        // valid, dirty, hint 63 and has-crc: bits 48..57.
+        assert_eq!(e.pack(), packed(MAX_OBLOCK | (0x1ff << 48), u32::MAX));
+        assert_eq!(unpack(FREE_ENTRY).unwrap(), None);
+        assert_eq!(pack(None), [0u8; 12]);
         let e = Entry {
             oblock: 5,
             dirty: false,
             hint: 200,
+            crc: None,
         };
-        assert_eq!(e.pack(), 5 | (1 << 48) | (63 << 50));
+        assert_eq!(e.pack(), packed(5 | (1 << 48) | (63 << 50), 0));
         assert_eq!(unpack(e.pack()).unwrap().unwrap().hint, 63);
-        assert!(unpack(1).is_err(), "free entry with stray bits");
-        // Spare bits are ignored.
+        // A clean claim with a crc: has-crc bit 56, crc in bytes 8..12,
+        // little-endian.
+        let c = Entry {
+            oblock: 0x0102_0304_0506,
+            dirty: false,
+            hint: 1,
+            crc: Some(0xa1b2_c3d4),
+        };
         assert_eq!(
-            unpack(e.pack() | (0xff << 56)).unwrap(),
-            unpack(e.pack()).unwrap()
+            c.pack(),
+            [0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x05, 0x01, 0xd4, 0xc3, 0xb2, 0xa1]
+        );
+        assert_eq!(unpack(c.pack()).unwrap(), Some(c));
+        // A zero crc is a crc, not "no crc".
+        let z = Entry { crc: Some(0), ..c };
+        assert_eq!(unpack(z.pack()).unwrap(), Some(z));
+        assert_ne!(z.pack(), Entry { crc: None, ..c }.pack());
+
+        assert!(unpack(packed(1, 0)).is_err(), "free entry with stray bits");
+        assert!(
+            unpack(packed(1 << 56, 0)).is_err(),
+            "free entry with has-crc bit"
+        );
+        assert!(unpack(packed(0, 7)).is_err(), "free entry with a crc");
+        assert!(
+            unpack(packed(5 | (1 << 48), 7)).is_err(),
+            "crc without has-crc bit"
+        );
+        // Spare bits 57..64 are ignored.
+        let word = u64::from_le_bytes(c.pack()[..8].try_into().unwrap());
+        assert_eq!(
+            unpack(packed(word | (0x7f << 57), 0xa1b2_c3d4)).unwrap(),
+            Some(c)
+        );
+    }
+
+    #[test]
+    fn claim_length_and_content_crc() {
+        // Whole blocks, the short last block, blocks past the end.
+        assert_eq!(claim_len(4096, 3 * 4096 + 100, 0), 4096);
+        assert_eq!(claim_len(4096, 3 * 4096 + 100, 2), 4096);
+        assert_eq!(claim_len(4096, 3 * 4096 + 100, 3), 100);
+        assert_eq!(claim_len(4096, 3 * 4096 + 100, 4), 0);
+        assert_eq!(claim_len(4096, 8192, 1), 4096);
+        assert_eq!(claim_len(1 << 20, u64::MAX, u64::MAX), 0);
+        // The crc32c crate's crc32c (Castagnoli), check value of "123456789".
+        assert_eq!(content_crc(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
+    fn format_version_is_2_and_capacities_follow_the_entry_size() {
+        assert_eq!(FORMAT_VERSION, 2);
+        assert_eq!(SNAPSHOT_ENTRIES_PER_BLOCK, 336);
+        assert_eq!(JOURNAL_RECORDS_PER_BLOCK, 252);
+        // A version-1 superblock is refused as such (its layout is not
+        // even looked at).
+        let mut b = encode_superblock(&sample_sb());
+        wr_u32(&mut b, SB_VERSION, 1);
+        seal(&mut b);
+        assert_eq!(
+            decode_superblock(&b, 1),
+            Err(DecodeError::UnsupportedVersion { found: 1 })
         );
     }
 
@@ -739,11 +865,11 @@ mod tests {
             Err(DecodeError::WrongLength(100))
         ));
         let mut c = b.clone();
-        wr_u32(&mut c, SB_VERSION, 2);
+        wr_u32(&mut c, SB_VERSION, 3);
         seal(&mut c);
         assert_eq!(
             decode_superblock(&c, 1),
-            Err(DecodeError::UnsupportedVersion { found: 2 })
+            Err(DecodeError::UnsupportedVersion { found: 3 })
         );
         // A sealed but inconsistent layout.
         let mut c = b.clone();
@@ -775,12 +901,13 @@ mod tests {
 
     #[test]
     fn snapshot_block_round_trip_and_errors() {
-        let entries: Vec<u64> = (0..SNAPSHOT_ENTRIES_PER_BLOCK as u64)
+        let entries: Vec<PackedEntry> = (0..SNAPSHOT_ENTRIES_PER_BLOCK as u64)
             .map(|i| {
                 pack((i % 3 != 0).then_some(Entry {
                     oblock: i * 7,
                     dirty: i % 2 == 0,
                     hint: (i % 64) as u8,
+                    crc: (i % 4 != 0).then_some((i as u32).wrapping_mul(0x9e37_79b9)),
                 }))
             })
             .collect();
@@ -807,9 +934,21 @@ mod tests {
             Err(DecodeError::WrongMagic { .. })
         ));
         let mut c = b.clone();
-        wr_u32(&mut c, 52, 600);
+        wr_u32(&mut c, 52, 337);
         seal(&mut c);
         assert!(decode_snapshot_block(&c, 17).is_err());
+        // The last entry sits at 64 + 335 * 12 = 4084..4096; a crc without
+        // the has-crc bit there, sealed, is refused.
+        let mut c = b.clone();
+        let last = PAYLOAD_AT + ENTRY_LEN * (SNAPSHOT_ENTRIES_PER_BLOCK - 1);
+        assert_eq!(last + ENTRY_LEN, META_BLOCK);
+        assert_eq!(&c[last..], &entries[SNAPSHOT_ENTRIES_PER_BLOCK - 1]);
+        c[last + 7] &= !1; // clear the has-crc bit (bit 56)
+        seal(&mut c);
+        assert!(matches!(
+            decode_snapshot_block(&c, 17),
+            Err(DecodeError::Invalid(_))
+        ));
         // Short block.
         encode_snapshot_block([1; 16], 1, 2, 0, &entries[..3], &mut b);
         assert_eq!(decode_snapshot_block(&b, 2).unwrap().entries, &entries[..3]);
@@ -830,8 +969,9 @@ mod tests {
                     slot: i * 3,
                     entry: pack((i % 2 == 0).then_some(Entry {
                         oblock: u64::from(i) << 20,
-                        dirty: true,
+                        dirty: i % 4 == 0,
                         hint: 1,
+                        crc: (i % 4 == 2).then_some(i.wrapping_mul(0x0101_0101)),
                     })),
                 })
                 .collect(),
@@ -857,6 +997,19 @@ mod tests {
         wr_u32(&mut c, 56, 0);
         seal(&mut c);
         assert!(decode_journal_block(&c, 99).is_err());
+        // Records are 16 bytes: the last one ends at 64 + 252 * 16 = 4096.
+        let last = PAYLOAD_AT + RECORD_LEN * (JOURNAL_RECORDS_PER_BLOCK - 1);
+        assert_eq!(last + RECORD_LEN, META_BLOCK);
+        assert_eq!(rd_u32(&b, last), jb.records.last().unwrap().slot);
+        assert_eq!(&b[last + 4..], &jb.records.last().unwrap().entry);
+        // A free record with a stray crc, sealed, is refused.
+        let mut c = b.clone();
+        c[last + 4 + 8] = 1;
+        seal(&mut c);
+        assert!(matches!(
+            decode_journal_block(&c, 99),
+            Err(DecodeError::Invalid(_))
+        ));
         let mut one = jb.clone();
         one.records.truncate(1);
         one.last = false;

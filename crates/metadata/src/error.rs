@@ -13,8 +13,10 @@ pub enum MetadataError {
     #[error("{device} is not a tiercache cache device (no superblock found); format it first")]
     NotFormatted { device: String },
 
-    /// A superblock of a format version this build does not know.
-    #[error("{device} uses on-disk format version {found}; this build supports version {supported} only (upgrade tiercache)")]
+    /// A superblock of a format version this build does not know. The
+    /// message says how to proceed: upgrade for a newer version; for an
+    /// older one, detach with the old tiercache and re-create the cache.
+    #[error("{device} uses on-disk format version {found}; this build supports version {supported} only ({})", version_advice(*found, *supported))]
     UnsupportedVersion {
         device: String,
         found: u32,
@@ -60,6 +62,17 @@ pub enum MetadataError {
         #[source]
         source: io::Error,
     },
+}
+
+/// How to proceed with a cache of format version `found`.
+fn version_advice(found: u32, supported: u32) -> &'static str {
+    if found > supported {
+        "upgrade tiercache"
+    } else {
+        "this cache was made by an older tiercache: run `tiercache detach` with that \
+         version to write its dirty blocks back, then re-create the cache with \
+         `tiercache create` (its cached contents are dropped)"
+    }
 }
 
 /// The kind of a [`MetadataError`], for callers that branch on it.

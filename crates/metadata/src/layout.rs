@@ -1,11 +1,11 @@
 //! Where each metadata region lies on the cache device.
 
-use crate::codec::{valid_block_size, META_BLOCK};
+use crate::codec::{valid_block_size, ENTRY_LEN, META_BLOCK};
 use crate::error::{MetadataError, Result};
 use tiercache_types::align_up;
 
-/// Packed 8-byte entries per snapshot block: `(4096 - 64) / 8`.
-pub const SNAPSHOT_ENTRIES_PER_BLOCK: usize = (META_BLOCK - 64) / 8;
+/// Packed 12-byte entries per snapshot block: `(4096 - 64) / 12` = 336.
+pub const SNAPSHOT_ENTRIES_PER_BLOCK: usize = (META_BLOCK - 64) / ENTRY_LEN;
 
 /// Smallest journal: 1 MiB.
 pub const MIN_DEFAULT_JOURNAL_BYTES: u64 = 1 << 20;
@@ -29,7 +29,7 @@ pub struct Layout {
     /// First block of snapshot area A and B.
     pub snapshot_a: u64,
     pub snapshot_b: u64,
-    /// Blocks per snapshot area: `ceil(capacity / 504)`.
+    /// Blocks per snapshot area: `ceil(capacity / 336)`.
     pub snapshot_blocks: u64,
     /// First block of the circular journal and its length in blocks.
     pub journal_first: u64,
@@ -39,16 +39,16 @@ pub struct Layout {
     pub data_offset: u64,
 }
 
-/// Default journal size for `capacity` slots: twice the mapping size (8
+/// Default journal size for `capacity` slots: twice the mapping size (12
 /// bytes per slot), at least 1 MiB.
 ///
-/// Why twice: a snapshot (8 bytes per slot) is written whenever half the
+/// Why twice: a snapshot (12 bytes per slot) is written whenever half the
 /// journal is used, so the snapshot's cost per journal block written is
 /// `mapping_bytes / (journal_bytes / 2)` blocks; at twice the mapping size
 /// that is one extra 4 KiB block per journal block. A journal of 1/64 of the
 /// mapping would write 128 snapshot blocks per journal block.
 pub fn default_journal_bytes(capacity: u64) -> u64 {
-    (capacity * 8 * 2).max(MIN_DEFAULT_JOURNAL_BYTES)
+    (capacity * ENTRY_LEN as u64 * 2).max(MIN_DEFAULT_JOURNAL_BYTES)
 }
 
 impl Layout {
@@ -207,7 +207,7 @@ mod tests {
         let l = Layout::compute(4 << 30, 4096, None).unwrap();
         assert_eq!(
             l.journal_blocks,
-            (u64::from(l.capacity) * 16).div_ceil(4096)
+            (u64::from(l.capacity) * 24).div_ceil(4096)
         );
         let small = Layout::compute(8 << 20, 4096, None).unwrap();
         assert_eq!(small.journal_blocks, 256);

@@ -38,13 +38,13 @@
 //! // The engine: cache slots start at store.layout().data_offset and there
 //! // are store.layout().capacity of them.
 //! // ... write block 77's data into slot 5, flush the cache device, then:
-//! store.record(5, Some(Entry { oblock: 77, dirty: true, hint: 0 }))?;
+//! store.record(5, Some(Entry { oblock: 77, dirty: true, hint: 0, crc: None }))?;
 //! store.commit()?; // durable from here on
 //! drop(store); // a crash
 //!
 //! let (store, recovered) = MetadataStore::open(cache, &backing)?;
 //! assert!(!recovered.was_clean_shutdown);
-//! assert_eq!(recovered.mapping[5], Some(Entry { oblock: 77, dirty: true, hint: 0 }));
+//! assert_eq!(recovered.mapping[5], Some(Entry { oblock: 77, dirty: true, hint: 0, crc: None }));
 //! store.mark_clean_shutdown(&recovered.mapping, &backing)?;
 //! # Ok::<(), tiercache_metadata::MetadataError>(())
 //! ```
@@ -57,7 +57,10 @@ mod read;
 mod store;
 
 pub use check::{check, repair, Problem, Report, Severity};
-pub use codec::{Area, BackingIdentity, DecodeError, Entry, Superblock, MAX_HINT, MAX_OBLOCK};
+pub use codec::{
+    claim_len, content_crc, Area, BackingIdentity, DecodeError, Entry, Superblock, MAX_HINT,
+    MAX_OBLOCK,
+};
 pub use error::{ErrorKind, MetadataError, Result};
 pub use layout::{default_journal_bytes, Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 pub use store::{

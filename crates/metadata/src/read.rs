@@ -4,8 +4,8 @@
 //! reported and reading goes on).
 
 use crate::codec::{
-    decode_journal_block, decode_snapshot_block, decode_superblock, DecodeError, Record,
-    Superblock, FORMAT_VERSION, KNOWN_INCOMPAT, KNOWN_RO_COMPAT, META_BLOCK,
+    decode_journal_block, decode_snapshot_block, decode_superblock, DecodeError, PackedEntry,
+    Record, Superblock, FORMAT_VERSION, FREE_ENTRY, KNOWN_INCOMPAT, KNOWN_RO_COMPAT, META_BLOCK,
 };
 use crate::error::{MetadataError, Result};
 use crate::layout::SNAPSHOT_ENTRIES_PER_BLOCK;
@@ -151,10 +151,10 @@ pub(crate) fn read_snapshot(
     dev: &dyn BlockDevice,
     sb: &Superblock,
     mut bad: Option<&mut dyn FnMut(u64, u64, String)>,
-) -> Result<Vec<u64>> {
+) -> Result<Vec<PackedEntry>> {
     let l = &sb.layout;
     let first = l.area_start(sb.active);
-    let mut map = vec![0u64; l.capacity as usize];
+    let mut map = vec![FREE_ENTRY; l.capacity as usize];
     let mut buf = vec![0u8; (CHUNK_BLOCKS as usize) * META_BLOCK];
     let mut index = 0u64;
     while index < l.snapshot_blocks {
@@ -228,7 +228,7 @@ pub(crate) struct Replay {
 pub(crate) fn replay_journal(
     dev: &dyn BlockDevice,
     sb: &Superblock,
-    map: &mut [u64],
+    map: &mut [PackedEntry],
     strict: bool,
     mut applied: impl FnMut(u64, u32),
 ) -> Result<Replay> {
@@ -391,7 +391,7 @@ pub(crate) struct Conflicts {
     pub beyond: Vec<u32>,
 }
 
-pub(crate) fn find_conflicts(map: &[u64], backing_blocks: u64) -> Conflicts {
+pub(crate) fn find_conflicts(map: &[PackedEntry], backing_blocks: u64) -> Conflicts {
     let mut owned: Vec<(u64, u32)> = Vec::new();
     let mut beyond = Vec::new();
     for (slot, &w) in map.iter().enumerate() {

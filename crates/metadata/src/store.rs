@@ -3,8 +3,8 @@
 
 use crate::codec::{
     encode_journal_block, encode_snapshot_block, encode_superblock, pack, unpack, Area,
-    BackingIdentity, Entry, Header, JournalBlock, Record, Superblock, FORMAT_VERSION,
-    JOURNAL_RECORDS_PER_BLOCK, MAX_OBLOCK, META_BLOCK,
+    BackingIdentity, Entry, Header, JournalBlock, PackedEntry, Record, Superblock, FORMAT_VERSION,
+    FREE_ENTRY, JOURNAL_RECORDS_PER_BLOCK, MAX_OBLOCK, META_BLOCK,
 };
 use crate::error::{MetadataError, Result};
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
@@ -103,7 +103,7 @@ impl MetadataStats {
 pub struct MetadataStore {
     dev: Arc<dyn BlockDevice>,
     sb: Superblock,
-    map: Vec<u64>,
+    map: Vec<PackedEntry>,
     pending: Vec<Record>,
     /// Sequence of the next journal block to write.
     next_seq: u64,
@@ -213,7 +213,7 @@ impl MetadataStore {
         };
         let mut store = MetadataStore {
             backing_blocks: backing_blocks(params.backing.size, params.block_size),
-            map: vec![0; layout.capacity as usize],
+            map: vec![FREE_ENTRY; layout.capacity as usize],
             pending: Vec::new(),
             next_seq: 1,
             stats: MetadataStats::default(),
@@ -611,7 +611,7 @@ impl MetadataStore {
     pub(crate) fn rewrite_for_repair(
         dev: Arc<dyn BlockDevice>,
         sb: Superblock,
-        map: Vec<u64>,
+        map: Vec<PackedEntry>,
         next_seq: u64,
     ) -> Result<MetadataStore> {
         let mut store = MetadataStore {

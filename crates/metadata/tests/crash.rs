@@ -38,6 +38,7 @@ enum Op {
         oblock: Option<u16>,
         dirty: bool,
         hint: u8,
+        crc: Option<u32>,
     },
     /// `n` random updates.
     Burst {
@@ -75,8 +76,8 @@ struct Round {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0u16..2000, proptest::option::weighted(0.85, 0u16..BACKING_BLOCKS as u16), any::<bool>(), 0u8..80)
-            .prop_map(|(slot, oblock, dirty, hint)| Op::Update { slot, oblock, dirty, hint }),
+        6 => (0u16..2000, proptest::option::weighted(0.85, 0u16..BACKING_BLOCKS as u16), any::<bool>(), 0u8..80, proptest::option::of(any::<u32>()))
+            .prop_map(|(slot, oblock, dirty, hint, crc)| Op::Update { slot, oblock, dirty, hint, crc }),
         2 => (any::<u64>(), 1u16..900).prop_map(|(seed, n)| Op::Burst { seed, n }),
         4 => Just(Op::Commit),
         1 => Just(Op::Snapshot),
@@ -163,11 +164,13 @@ fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCa
                     oblock,
                     dirty,
                     hint,
+                    crc,
                 } => {
                     let e = oblock.map(|ob| Entry {
                         oblock: u64::from(ob),
                         dirty: *dirty,
                         hint: (*hint).min(63), // the store saturates hints
+                        crc: *crc,
                     });
                     if update(s, &mut view, u32::from(*slot) % slots, e).is_err() {
                         break 'ops;
@@ -181,6 +184,7 @@ fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCa
                             oblock: rng.gen_range(0..BACKING_BLOCKS),
                             dirty: rng.gen_bool(0.5),
                             hint: rng.gen_range(0..64),
+                            crc: rng.gen_bool(0.5).then(|| rng.gen()),
                         });
                         if update(s, &mut view, slot, e).is_err() {
                             break 'ops;

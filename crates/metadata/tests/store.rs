@@ -142,12 +142,38 @@ fn refuses_unformatted_future_and_featured_devices() {
     let live = gen % 2;
     // Future version in the newest copy.
     let orig = read_block(&*dev, live);
+    let orig_other = read_block(&*dev, 1 - live);
     let mut b = orig.clone();
-    b[48..52].copy_from_slice(&2u32.to_le_bytes());
+    b[48..52].copy_from_slice(&3u32.to_le_bytes());
     seal(&mut b);
     write_block(&*dev, live, &b);
     let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{e}");
+    assert!(e.to_string().contains("upgrade tiercache"), "{e}");
+    // A version-1 cache (8-byte entries): both copies say version 1. The
+    // error says how to proceed; check reports the same.
+    for (block, orig) in [(live, &orig), (1 - live, &orig_other)] {
+        let mut b = orig.clone();
+        b[48..52].copy_from_slice(&1u32.to_le_bytes());
+        seal(&mut b);
+        write_block(&*dev, block, &b);
+    }
+    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("format version 1"), "{msg}");
+    assert!(msg.contains("supports version 2"), "{msg}");
+    assert!(msg.contains("`tiercache detach`"), "{msg}");
+    assert!(msg.contains("`tiercache create`"), "{msg}");
+    let r = check(&*dev);
+    assert!(r.superblock.is_none());
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.severity == Severity::Error && p.message.contains("`tiercache create`")),
+        "{r}"
+    );
+    write_block(&*dev, 1 - live, &orig_other);
     // Unknown incompat bit.
     let mut b = orig.clone();
     b[72] = 0x80;
@@ -324,7 +350,7 @@ fn torn_commit_is_ignored_and_later_commits_are_never_confused_with_it() {
     let first_journal_block = s
         .layout()
         .journal_block_of(s.superblock().journal_start_seq);
-    for slot in 1..800u32 {
+    for slot in 1..700u32 {
         s.record(slot, entry(u64::from(slot), false, 0)).unwrap();
     }
     s.commit().unwrap(); // 3 blocks after the first one
@@ -413,9 +439,9 @@ fn repair_keeps_the_dirty_claimant_and_drops_clean_conflicts() {
     drop(s);
     // Also a record beyond the backing device, sealed as valid.
     let mut b = read_block(&*dev, jb);
-    let rec5 = 64 + 12 * 4;
+    let rec5 = 64 + 16 * 4;
     let bad = codec::pack(entry(BACKING_BLOCKS + 5, true, 0));
-    b[rec5 + 4..rec5 + 12].copy_from_slice(&bad.to_le_bytes());
+    b[rec5 + 4..rec5 + 16].copy_from_slice(&bad);
     seal(&mut b);
     write_block(&*dev, jb, &b);
 

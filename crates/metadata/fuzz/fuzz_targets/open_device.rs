@@ -32,7 +32,7 @@ fn backing() -> BackingIdentity {
 fn image() -> &'static (Vec<u8>, u64) {
     static IMG: OnceLock<(Vec<u8>, u64)> = OnceLock::new();
     IMG.get_or_init(|| {
-        let size = (2 + 2 * SLOTS.div_ceil(504) + JOURNAL_BLOCKS) * 4096 + SLOTS * 4096;
+        let size = (2 + 2 * SLOTS.div_ceil(336) + JOURNAL_BLOCKS) * 4096 + SLOTS * 4096;
         let dev = Arc::new(MemDevice::new(size));
         let params = FormatParams {
             block_size: 4096,
@@ -47,6 +47,7 @@ fn image() -> &'static (Vec<u8>, u64) {
                 oblock: u64::from(i) * 3,
                 dirty: i % 4 == 0,
                 hint: (i % 64) as u8,
+                crc: (i % 3 == 0).then_some(i.wrapping_mul(0x9e37_79b9)),
             };
             s.record(i, Some(e)).unwrap();
             if i % 13 == 0 {

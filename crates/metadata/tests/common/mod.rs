@@ -32,7 +32,7 @@ pub fn params(journal_blocks: u64) -> FormatParams {
 
 /// Size of a cache device with `slots` slots and the given journal.
 pub fn device_size(slots: u64, journal_blocks: u64) -> u64 {
-    let snap = slots.div_ceil(504);
+    let snap = slots.div_ceil(336);
     (2 + 2 * snap + journal_blocks) * 4096 + slots * u64::from(BS)
 }
 
@@ -45,6 +45,17 @@ pub fn entry(oblock: u64, dirty: bool, hint: u8) -> Option<Entry> {
         oblock,
         dirty,
         hint,
+        crc: None,
+    })
+}
+
+/// A clean entry carrying a content crc.
+pub fn clean_with_crc(oblock: u64, crc: u32) -> Option<Entry> {
+    Some(Entry {
+        oblock,
+        dirty: false,
+        hint: 0,
+        crc: Some(crc),
     })
 }
 
