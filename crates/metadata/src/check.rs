@@ -1,8 +1,8 @@
 //! Offline consistency check and repair.
 
-use crate::codec::{unpack, PackedEntry, Superblock, FREE_ENTRY};
+use crate::codec::{claim_len, content_crc, unpack, Entry, PackedEntry, Superblock, FREE_ENTRY};
 use crate::error::{MetadataError, Result};
-use crate::layout::SNAPSHOT_ENTRIES_PER_BLOCK;
+use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 use crate::read::{
     check_features, choose_superblock, entries_in_block, find_conflicts, read_snapshot,
     read_superblocks, replay_journal, scan_beyond, Beyond,
@@ -42,6 +42,13 @@ pub struct Report {
     /// in the repaired one).
     pub entries: u64,
     pub dirty_entries: u64,
+    /// Clean entries that carry a content crc (verifiable after a crash).
+    pub clean_with_crc: u64,
+    /// Clean claims whose slot content does not match their crc (or could
+    /// not be read), ascending; only filled when the claims were verified
+    /// ([`CheckOptions::verify_clean_claims`]). After `repair`: the claims
+    /// it withdrew.
+    pub stale_clean_claims: Vec<u32>,
     pub journal_blocks_replayed: u64,
     /// What repair changed (empty for `check`).
     pub actions: Vec<String>,
@@ -72,7 +79,7 @@ impl fmt::Display for Report {
         match &self.superblock {
             Some(sb) => writeln!(
                 f,
-                "cache: {} slots of {} bytes, mode {}, generation {}, snapshot {} ({:?}), {} mapped ({} dirty), {} journal blocks replayed",
+                "cache: {} slots of {} bytes, mode {}, generation {}, snapshot {} ({:?}), {} mapped ({} dirty, {} clean with a crc), {} journal blocks replayed",
                 sb.layout.capacity,
                 sb.layout.block_size,
                 sb.mode,
@@ -81,6 +88,7 @@ impl fmt::Display for Report {
                 sb.active,
                 self.entries,
                 self.dirty_entries,
+                self.clean_with_crc,
                 self.journal_blocks_replayed
             )?,
             None => writeln!(f, "cache: no valid superblock")?,
@@ -261,11 +269,36 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
 fn count(report: &mut Report, map: &[PackedEntry]) {
     report.entries = 0;
     report.dirty_entries = 0;
+    report.clean_with_crc = 0;
     for &w in map {
         if let Ok(Some(e)) = unpack(w) {
             report.entries += 1;
             report.dirty_entries += u64::from(e.dirty);
+            report.clean_with_crc += u64::from(!e.dirty && e.crc.is_some());
         }
+    }
+}
+
+/// After an unclean shutdown, clean entries without a crc cannot be
+/// verified: the next start drops them.
+fn uncrced_note(scan: &mut Scan) {
+    if scan.sb.clean_shutdown {
+        return;
+    }
+    let n = scan
+        .map
+        .iter()
+        .filter(|&&w| matches!(unpack(w), Ok(Some(e)) if !e.dirty && e.crc.is_none()))
+        .count();
+    if n > 0 {
+        scan.report.push(
+            Severity::Info,
+            None,
+            format!(
+                "{n} clean entries carry no crc: trusted only after a clean shutdown, so the \
+                 next start drops them"
+            ),
+        );
     }
 }
 
@@ -302,11 +335,28 @@ fn conflict_problems(scan: &mut Scan) {
 /// A device that cannot be read at all (not formatted, unsupported version
 /// or features, no valid superblock, IO errors) gives a report with one
 /// `Error` problem and no superblock.
+///
+/// Reads the metadata only; [`check_with`] can also verify the clean
+/// claims against the data area.
 pub fn check(dev: &dyn BlockDevice) -> Report {
+    check_with(dev, &CheckOptions::default())
+}
+
+/// [`check`], and with `options.verify_clean_claims` also reads every slot
+/// a clean entry with a crc claims: claims whose content does not match
+/// are listed in [`Report::stale_clean_claims`] and reported as a note
+/// (`Info`: the next start after an unclean shutdown drops them anyway) or,
+/// when the last shutdown was clean (the next start trusts clean claims),
+/// as a `Warning`. Unreadable slots are a `Warning`.
+pub fn check_with(dev: &dyn BlockDevice, options: &CheckOptions) -> Report {
     match scan(dev, false) {
         Ok(mut s) => {
             conflict_problems(&mut s);
             count(&mut s.report, &s.map);
+            uncrced_note(&mut s);
+            if options.verify_clean_claims {
+                report_claims(dev, &mut s);
+            }
             s.report
         }
         Err(e) => {
@@ -333,9 +383,26 @@ pub fn check(dev: &dyn BlockDevice) -> Report {
 /// blocks lose their slots (reported). The journal is replayed as `open`
 /// would; a new journal epoch starts past every sequence seen.
 ///
+/// Clean claims whose slot content does not match their crc, or whose slot
+/// cannot be read, are withdrawn (always safe: the backing device has
+/// their data); dirty entries are never dropped for their content. This
+/// reads every slot a clean entry with a crc claims; [`repair_with`] can
+/// skip it.
+///
 /// Refuses (returns an error) when no superblock is valid, or when the
 /// format version or feature bits are unknown.
 pub fn repair(dev: Arc<dyn BlockDevice>) -> Result<Report> {
+    repair_with(
+        dev,
+        &CheckOptions {
+            verify_clean_claims: true,
+        },
+    )
+}
+
+/// [`repair`], verifying and withdrawing stale clean claims only with
+/// `options.verify_clean_claims`.
+pub fn repair_with(dev: Arc<dyn BlockDevice>, options: &CheckOptions) -> Result<Report> {
     let mut s = scan(&*dev, true)?;
     conflict_problems(&mut s);
     let l = s.sb.layout;
@@ -399,6 +466,26 @@ pub fn repair(dev: Arc<dyn BlockDevice>) -> Result<Report> {
             }
         }
     }
+    if options.verify_clean_claims {
+        // After the conflicts: slots dropped above need no reading.
+        let v = report_claims(&*dev, &mut s);
+        for &slot in &v.stale() {
+            debug_assert!(matches!(unpack(s.map[slot as usize]), Ok(Some(e)) if !e.dirty));
+            s.map[slot as usize] = FREE_ENTRY;
+        }
+        if !v.mismatched.is_empty() {
+            actions.push(format!(
+                "withdrew {} stale clean claims (content does not match the claim's crc)",
+                v.mismatched.len()
+            ));
+        }
+        if !v.unreadable.is_empty() {
+            actions.push(format!(
+                "withdrew {} clean claims on unreadable slots",
+                v.unreadable.len()
+            ));
+        }
+    }
     // New snapshot and both superblock copies, journal epoch past anything
     // seen.
     let next = s.max_seq.max(s.sb.journal_start_seq + l.journal_blocks) + 1;
@@ -413,4 +500,190 @@ pub fn repair(dev: Arc<dyn BlockDevice>) -> Result<Report> {
     s.report.superblock = Some(store.superblock().clone());
     count(&mut s.report, &s.map);
     Ok(s.report)
+}
+
+/// What [`check_with`] and [`repair_with`] do beyond reading the metadata.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckOptions {
+    /// Read every slot that a clean entry with a crc claims and compare
+    /// the content's crc32c ([`verify_clean_claims`]). Reads up to the
+    /// whole data area.
+    pub verify_clean_claims: bool,
+}
+
+/// The outcome of [`verify_clean_claims`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimVerification {
+    /// Clean claims with a crc that were read and compared.
+    pub checked: u64,
+    /// Slots whose content does not match the claim's crc, ascending.
+    pub mismatched: Vec<u32>,
+    /// Slots that could not be read (IO error), ascending.
+    pub unreadable: Vec<u32>,
+}
+
+impl ClaimVerification {
+    /// Every slot whose clean claim cannot be trusted (mismatched or
+    /// unreadable), ascending. Dropping them is always safe: a clean
+    /// claim's data is also on the backing device.
+    pub fn stale(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .mismatched
+            .iter()
+            .chain(&self.unreadable)
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Bytes read per IO when verifying runs of adjacent claimed slots.
+const VERIFY_RUN_BYTES: u64 = 4 << 20;
+
+/// Verifies the clean claims of `mapping` against the slot content on
+/// `dev`: for every clean entry with a crc, reads slot `slot` at
+/// `layout.data_offset + slot * block_size` and compares
+/// [`content_crc`] of its first [`claim_len`] bytes (the whole block, or
+/// the part of the backing device's short last block that exists;
+/// `backing_size` is the backing device's size in bytes). Dirty entries
+/// and clean entries without a crc are not read. Adjacent claimed slots
+/// are read together, in slot order.
+///
+/// A read error does not stop the verification: the slots of the failed
+/// read are retried one by one, and those that still fail are listed as
+/// unreadable.
+pub fn verify_clean_claims(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    backing_size: u64,
+    mapping: &[Option<Entry>],
+) -> ClaimVerification {
+    verify_claims(
+        dev,
+        layout,
+        backing_size,
+        mapping.iter().enumerate().filter_map(|(slot, e)| {
+            let e = e.as_ref()?;
+            Some((slot as u32, e.oblock, e.crc?)).filter(|_| !e.dirty)
+        }),
+    )
+}
+
+/// [`verify_clean_claims`] over the packed mapping.
+fn verify_packed(dev: &dyn BlockDevice, sb: &Superblock, map: &[PackedEntry]) -> ClaimVerification {
+    verify_claims(
+        dev,
+        &sb.layout,
+        sb.backing.size,
+        map.iter()
+            .enumerate()
+            .filter_map(|(slot, &w)| match unpack(w) {
+                Ok(Some(Entry {
+                    oblock,
+                    dirty: false,
+                    crc: Some(crc),
+                    ..
+                })) => Some((slot as u32, oblock, crc)),
+                _ => None,
+            }),
+    )
+}
+
+/// `claims`: (slot, origin block, crc), slots ascending.
+fn verify_claims(
+    dev: &dyn BlockDevice,
+    layout: &Layout,
+    backing_size: u64,
+    claims: impl Iterator<Item = (u32, u64, u32)>,
+) -> ClaimVerification {
+    let bs = u64::from(layout.block_size);
+    let run_max = (VERIFY_RUN_BYTES / bs).max(1) as usize;
+    let mut out = ClaimVerification::default();
+    let mut buf = vec![0u8; run_max * bs as usize];
+    let mut run: Vec<(u32, u64, u32)> = Vec::with_capacity(run_max);
+    let mut flush_run = |run: &mut Vec<(u32, u64, u32)>, out: &mut ClaimVerification| {
+        let Some(&(first, _, _)) = run.first() else {
+            return;
+        };
+        let len = run.len() * bs as usize;
+        let at = |slot: u32| layout.data_offset + u64::from(slot) * bs;
+        let whole = dev.read_at(&mut buf[..len], at(first)).is_ok();
+        for (i, &(slot, oblock, crc)) in run.iter().enumerate() {
+            let block = &mut buf[i * bs as usize..(i + 1) * bs as usize];
+            if !whole && dev.read_at(block, at(slot)).is_err() {
+                out.unreadable.push(slot);
+                continue;
+            }
+            out.checked += 1;
+            let n = claim_len(layout.block_size, backing_size, oblock);
+            if content_crc(&block[..n]) != crc {
+                out.mismatched.push(slot);
+            }
+        }
+        run.clear();
+    };
+    for claim in claims {
+        if claim.0 >= layout.capacity {
+            continue; // not a slot of this layout: nothing to read
+        }
+        let adjacent = run.last().is_some_and(|&(last, _, _)| last + 1 == claim.0);
+        if !adjacent || run.len() == run_max {
+            flush_run(&mut run, &mut out);
+        }
+        run.push(claim);
+    }
+    flush_run(&mut run, &mut out);
+    out
+}
+
+/// Reports the verification of the clean claims of `scan`; returns it.
+fn report_claims(dev: &dyn BlockDevice, scan: &mut Scan) -> ClaimVerification {
+    let v = verify_packed(dev, &scan.sb, &scan.map);
+    let list = |slots: &[u32]| {
+        let shown: Vec<String> = slots.iter().take(10).map(u32::to_string).collect();
+        format!(
+            "{}{}",
+            shown.join(", "),
+            if slots.len() > 10 { ", ..." } else { "" }
+        )
+    };
+    if !v.mismatched.is_empty() {
+        let (severity, consequence) = if scan.sb.clean_shutdown {
+            (
+                Severity::Warning,
+                "the last shutdown was clean, so the next start trusts them and would serve \
+                 this content; `repair` withdraws them",
+            )
+        } else {
+            (
+                Severity::Info,
+                "would be dropped at start (the last shutdown was not clean); `repair` \
+                 withdraws them",
+            )
+        };
+        scan.report.push(
+            severity,
+            None,
+            format!(
+                "{} stale clean claims (slot content does not match the claim's crc): slots {}; {consequence}",
+                v.mismatched.len(),
+                list(&v.mismatched)
+            ),
+        );
+    }
+    if !v.unreadable.is_empty() {
+        scan.report.push(
+            Severity::Warning,
+            None,
+            format!(
+                "{} clean-claimed slots could not be read from the data area: slots {}; \
+                 `repair` withdraws their claims",
+                v.unreadable.len(),
+                list(&v.unreadable)
+            ),
+        );
+    }
+    scan.report.stale_clean_claims = v.stale();
+    v
 }

@@ -14,7 +14,9 @@
 //!   full.
 //! - [`MetadataStore::mark_clean_shutdown`] writes a final snapshot and the
 //!   clean flag.
-//! - [`check`] and [`repair`] inspect and salvage damaged metadata.
+//! - [`check`] and [`repair`] inspect and salvage damaged metadata;
+//!   [`verify_clean_claims`] compares clean claims' crcs with the slots'
+//!   content.
 //!
 //! The crate knows nothing of the engine's locking: a store is used by one
 //! thread at a time (`&mut self`).
@@ -56,7 +58,10 @@ mod layout;
 mod read;
 mod store;
 
-pub use check::{check, repair, Problem, Report, Severity};
+pub use check::{
+    check, check_with, repair, repair_with, verify_clean_claims, CheckOptions, ClaimVerification,
+    Problem, Report, Severity,
+};
 pub use codec::{
     claim_len, content_crc, Area, BackingIdentity, DecodeError, Entry, Superblock, MAX_HINT,
     MAX_OBLOCK,

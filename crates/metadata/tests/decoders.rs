@@ -1,4 +1,5 @@
-//! Decoders, `open`, `check` and `repair` never panic, whatever the bytes.
+//! Decoders, `open`, `check` and `repair` never panic, whatever the bytes;
+//! entries (with and without crc) and the blocks holding them round-trip.
 
 mod common;
 
@@ -7,10 +8,31 @@ use proptest::prelude::*;
 use std::sync::{Arc, OnceLock};
 use tiercache_device::{BlockDevice, MemDevice};
 use tiercache_metadata::codec::{
-    decode_journal_block, decode_snapshot_block, decode_superblock, seal, JOURNAL_MAGIC,
-    META_BLOCK, SNAPSHOT_MAGIC, SUPERBLOCK_MAGIC,
+    decode_journal_block, decode_snapshot_block, decode_superblock, encode_journal_block,
+    encode_snapshot_block, pack, seal, unpack, Header, JournalBlock, PackedEntry, Record,
+    JOURNAL_MAGIC, JOURNAL_RECORDS_PER_BLOCK, META_BLOCK, SNAPSHOT_MAGIC, SUPERBLOCK_MAGIC,
 };
-use tiercache_metadata::{check, repair, BackingIdentity, MetadataStore};
+use tiercache_metadata::{
+    check, repair, BackingIdentity, Entry, MetadataStore, MAX_HINT, MAX_OBLOCK,
+    SNAPSHOT_ENTRIES_PER_BLOCK,
+};
+
+fn any_entry() -> impl Strategy<Value = Option<Entry>> {
+    proptest::option::of(
+        (
+            0..=MAX_OBLOCK,
+            any::<bool>(),
+            0..=MAX_HINT,
+            proptest::option::of(any::<u32>()),
+        )
+            .prop_map(|(oblock, dirty, hint, crc)| Entry {
+                oblock,
+                dirty,
+                hint,
+                crc,
+            }),
+    )
+}
 
 fn decode_all(b: &[u8], block: u64) {
     let _ = decode_superblock(b, block);
@@ -46,6 +68,24 @@ fn image() -> &'static (Vec<u8>, u64) {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn entries_round_trip_with_and_without_crc(e in any_entry()) {
+        let p = pack(e);
+        prop_assert_eq!(unpack(p).unwrap(), e);
+        prop_assert_eq!(p == [0u8; 12], e.is_none());
+    }
+
+    /// Any 12 bytes either fail to unpack or are the canonical packing of
+    /// what they unpack to, up to the ignored spare bits 57..64.
+    #[test]
+    fn unpack_accepts_only_canonical_entries(p in any::<[u8; 12]>()) {
+        if let Ok(e) = unpack(p) {
+            let mut canonical = p;
+            canonical[7] &= 0x01; // spare bits 57..64 are not kept
+            prop_assert_eq!(pack(e), canonical);
+        }
+    }
 
     #[test]
     fn decoders_never_panic_on_arbitrary_bytes(
@@ -110,5 +150,35 @@ proptest! {
             let after = check(&*dev);
             prop_assert!(after.is_clean(), "{}", after);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn snapshot_and_journal_blocks_round_trip_entries_with_crc(
+        entries in proptest::collection::vec(any_entry(), 1..=SNAPSHOT_ENTRIES_PER_BLOCK),
+        slots in proptest::collection::vec(any::<u32>(), JOURNAL_RECORDS_PER_BLOCK),
+        seq in 0u64..1 << 40,
+        block in 2u64..1 << 30,
+    ) {
+        let packed: Vec<PackedEntry> = entries.iter().map(|&e| pack(e)).collect();
+        let mut b = vec![0u8; META_BLOCK];
+        encode_snapshot_block([5; 16], seq, block, 7, &packed, &mut b);
+        let d = decode_snapshot_block(&b, block).unwrap();
+        prop_assert_eq!(&d.entries, &packed);
+        let back: Vec<Option<Entry>> = d.entries.iter().map(|&p| unpack(p).unwrap()).collect();
+        prop_assert_eq!(&back, &entries);
+
+        let n = entries.len().min(JOURNAL_RECORDS_PER_BLOCK);
+        let jb = JournalBlock {
+            header: Header { block, uuid: [6; 16], seq },
+            commit_start: seq,
+            last: n % 2 == 0,
+            records: (0..n).map(|i| Record { slot: slots[i], entry: packed[i] }).collect(),
+        };
+        encode_journal_block(&jb, &mut b);
+        prop_assert_eq!(decode_journal_block(&b, block).unwrap(), jb);
     }
 }

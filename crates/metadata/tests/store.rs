@@ -8,7 +8,9 @@ use std::sync::Arc;
 use tiercache_device::{BlockDevice, CountingDevice, CrashDevice, MemDevice};
 use tiercache_metadata::codec::{self, seal, META_BLOCK};
 use tiercache_metadata::{
-    check, repair, BackingIdentity, ErrorKind, MetadataError, MetadataStore, Severity,
+    check, check_with, content_crc, repair, repair_with, verify_clean_claims, BackingIdentity,
+    CheckOptions, ClaimVerification, Entry, ErrorKind, Layout, MetadataError, MetadataStore,
+    Severity,
 };
 use tiercache_types::CacheMode;
 
@@ -531,4 +533,204 @@ fn a_lost_acknowledged_journal_block_is_an_error_naming_the_dirty_records() {
     let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping.iter().flatten().count(), 2);
     assert!(check(&*dev).is_clean());
+}
+
+const VERIFY: CheckOptions = CheckOptions {
+    verify_clean_claims: true,
+};
+
+/// Writes `fill` repeated over slot `slot` of the data area; returns the
+/// crc of the whole slot.
+fn fill_slot(dev: &dyn BlockDevice, l: &Layout, slot: u32, fill: u8) -> u32 {
+    let b = vec![fill; BS as usize];
+    dev.write_at(&b, l.data_offset + u64::from(slot) * u64::from(BS))
+        .unwrap();
+    content_crc(&b)
+}
+
+/// A device whose reads overlapping `[bad, bad + len)` fail.
+struct BadRange {
+    inner: Arc<MemDevice>,
+    bad: u64,
+    len: u64,
+}
+
+impl BlockDevice for BadRange {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if offset < self.bad + self.len && self.bad < offset + buf.len() as u64 {
+            return Err(std::io::Error::other("medium error"));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.discard(offset, len)
+    }
+    fn describe(&self) -> String {
+        "bad-range".into()
+    }
+}
+
+/// Slots 0..3 clean with a matching crc, slot 3 clean without a crc, slot
+/// 4 dirty with a wrong crc, slot 5 clean with a wrong crc, slot 9 clean
+/// with a matching crc. Committed, then "crashed".
+fn store_with_claims() -> (Arc<MemDevice>, Layout) {
+    let dev = mem(600, 8);
+    let mut s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
+    let l = *s.layout();
+    for slot in [0u32, 1, 2, 9] {
+        let crc = fill_slot(&*dev, &l, slot, slot as u8 + 1);
+        s.record(slot, clean_with_crc(u64::from(slot) + 100, crc))
+            .unwrap();
+    }
+    s.record(3, entry(103, false, 0)).unwrap();
+    let crc = fill_slot(&*dev, &l, 4, 0x44);
+    s.record(
+        4,
+        Some(Entry {
+            crc: Some(!crc),
+            ..entry(104, true, 0).unwrap()
+        }),
+    )
+    .unwrap();
+    let crc = fill_slot(&*dev, &l, 5, 0x55);
+    s.record(5, clean_with_crc(105, crc ^ 1)).unwrap();
+    s.commit().unwrap();
+    drop(s);
+    (dev, l)
+}
+
+#[test]
+fn check_counts_crcs_and_verification_reports_stale_clean_claims_as_a_note() {
+    let (dev, l) = store_with_claims();
+    // Metadata only: counted, nothing read from the data area.
+    let r = check(&*dev);
+    assert!(r.is_clean(), "{r}");
+    assert_eq!((r.entries, r.dirty_entries, r.clean_with_crc), (7, 1, 5));
+    assert!(r.stale_clean_claims.is_empty());
+    assert!(r.to_string().contains("5 clean with a crc"), "{r}");
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.severity == Severity::Info
+                && p.message.contains("1 clean entries carry no crc")),
+        "{r}"
+    );
+    // Verified: slot 5 is stale (a note, the start after this crash drops
+    // it); dirty slot 4 is never judged by its content.
+    let r = check_with(&*dev, &VERIFY);
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(r.stale_clean_claims, vec![5]);
+    let p = r
+        .problems
+        .iter()
+        .find(|p| p.message.contains("stale clean claims"))
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(p.severity, Severity::Info);
+    assert!(p.message.contains("would be dropped at start"), "{r}");
+    // The same through the public function, on the recovered mapping.
+    let (s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let v = verify_clean_claims(&*dev, &l, backing().size, &rec.mapping);
+    assert_eq!(
+        v,
+        ClaimVerification {
+            checked: 5,
+            mismatched: vec![5],
+            unreadable: vec![],
+        }
+    );
+    // After a clean shutdown the engine trusts clean claims: a stale one
+    // is a warning.
+    s.mark_clean_shutdown(&rec.mapping, &backing()).unwrap();
+    let r = check_with(&*dev, &VERIFY);
+    assert_eq!(r.worst(), Some(Severity::Warning), "{r}");
+    assert_eq!(r.stale_clean_claims, vec![5]);
+}
+
+#[test]
+fn repair_withdraws_stale_clean_claims_and_never_dirty_ones() {
+    let (dev, _) = store_with_claims();
+    // Without verification, repair keeps them.
+    let r = repair_with(dev.clone(), &CheckOptions::default()).unwrap();
+    assert!(r.stale_clean_claims.is_empty());
+    assert_eq!(r.entries, 7);
+    let r = repair(dev.clone()).unwrap();
+    assert_eq!(r.stale_clean_claims, vec![5]);
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| a.contains("withdrew 1 stale clean claims")),
+        "{r}"
+    );
+    assert_eq!(r.entries, 6);
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!(rec.mapping[5], None, "stale clean claim withdrawn");
+    assert!(rec.mapping[4].unwrap().dirty, "dirty entry kept");
+    assert!(rec.mapping[0].unwrap().crc.is_some(), "verified claim kept");
+    assert_eq!(rec.mapping[3], entry(103, false, 0), "no crc: kept");
+    assert!(rec.mapping[9].is_some());
+    let r = check_with(&*dev, &VERIFY);
+    assert!(r.is_clean() && r.stale_clean_claims.is_empty(), "{r}");
+}
+
+#[test]
+fn unreadable_slots_are_retried_one_by_one_and_reported() {
+    let (dev, l) = store_with_claims();
+    // Slot 1 unreadable: the run 0..3 fails as a whole, slots 0 and 2 are
+    // read alone.
+    let bad = Arc::new(BadRange {
+        inner: dev.clone(),
+        bad: l.data_offset + u64::from(BS) + 512,
+        len: 512,
+    });
+    let r = check_with(&*bad, &VERIFY);
+    assert_eq!(r.stale_clean_claims, vec![1, 5]);
+    assert!(
+        r.problems.iter().any(|p| p.severity == Severity::Warning
+            && p.message.contains("could not be read")
+            && p.message.contains("slots 1")),
+        "{r}"
+    );
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let v = verify_clean_claims(&*bad, &l, backing().size, &rec.mapping);
+    assert_eq!(
+        (v.checked, v.mismatched, v.unreadable),
+        (4, vec![5], vec![1])
+    );
+    let r = repair(bad.clone()).unwrap();
+    assert_eq!(r.stale_clean_claims, vec![1, 5]);
+    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    assert_eq!((rec.mapping[1], rec.mapping[5]), (None, None));
+    assert!(rec.mapping[0].is_some() && rec.mapping[2].is_some());
+}
+
+#[test]
+fn a_claim_on_the_short_last_block_covers_only_its_bytes() {
+    let dev = mem(8, 4);
+    let l = Layout::compute(dev.size(), BS, Some(4 * 4096)).unwrap();
+    // Backing device of 2 blocks and 100 bytes: block 2 is 100 bytes.
+    let size = 2 * u64::from(BS) + 100;
+    let mut slot = vec![0xabu8; BS as usize];
+    slot[100..].fill(0x11); // beyond the end of the backing device
+    dev.write_at(&slot, l.data_offset).unwrap();
+    let short = content_crc(&slot[..100]);
+    let whole = content_crc(&slot);
+    let claim = |oblock, crc| {
+        let mut m = vec![None; l.capacity as usize];
+        m[0] = clean_with_crc(oblock, crc);
+        verify_clean_claims(&*dev, &l, size, &m)
+    };
+    assert!(claim(2, short).mismatched.is_empty());
+    assert_eq!(claim(2, whole).mismatched, vec![0]);
+    // A whole block is checked whole.
+    assert!(claim(1, whole).mismatched.is_empty());
+    assert_eq!(claim(1, short).mismatched, vec![0]);
 }
