@@ -1,0 +1,53 @@
+//! tiercache's ublk front end: serves an export as a Linux block device,
+//! `/dev/ublkbN`, through the kernel's ublk driver (Linux >= 6.0,
+//! `CONFIG_BLK_DEV_UBLK`, module `ublk_drv`) and the `libublk` crate.
+//!
+//! # What is served
+//!
+//! The same [`tiercache_nbd::Export`] trait the NBD server uses: whatever
+//! `tiercache serve` hands to NBD (the engine, or a bare device for
+//! baselines) can be served here unchanged. Requests map one to one
+//! ([`request::execute`]):
+//!
+//! | ublk request                  | export call                               |
+//! |-------------------------------|-------------------------------------------|
+//! | READ                          | `read`                                    |
+//! | WRITE (FUA flag)              | `write(fua = true)`                       |
+//! | FLUSH                         | `flush`                                   |
+//! | DISCARD                       | `trim`                                    |
+//! | WRITE_ZEROES (NOUNMAP flag)   | `write_zeroes(may_trim = !NOUNMAP)`       |
+//! | WRITE_SAME, zoned operations  | refused with `-EOPNOTSUPP`                |
+//!
+//! Any error from the export completes the request with `-EIO`. The
+//! device's parameters ([`params::device_params`]) follow the export: 512-
+//! or 4096-byte logical blocks from its minimum block size, a volatile
+//! write cache with FUA when it can flush (so the kernel sends FLUSH and
+//! FUA instead of assuming writes are durable), discard and write-zeroes
+//! limits when it trims, read-only and rotational flags.
+//!
+//! # Threads
+//!
+//! libublk runs one thread per hardware queue, each an async executor
+//! around an io_uring with one task per tag (queue depth). The export's
+//! calls block, so they do not run there: each request goes to a shared
+//! [`pool::WorkerPool`], and its completion comes back to the queue thread
+//! through an eventfd that the queue keeps a read posted on (see
+//! [`pool`]). A queue therefore has up to `depth` requests in the
+//! export at once, limited by the pool size.
+//!
+//! # Lifetime
+//!
+//! [`UblkServer::start`] adds and starts the device and returns once it
+//! serves IO; [`UblkServer::stop`] stops it (requests in flight finish),
+//! waits for the queues and workers, and deletes it. Unmount file systems
+//! on the device before stopping it: a mounted file system on a device
+//! whose server is gone only gets IO errors. When the kernel has no ublk,
+//! [`UblkServer::start`] (and [`check_kernel_support`]) fail with
+//! [`StartError::NoKernelSupport`], whose message says what to do.
+
+pub mod params;
+pub mod pool;
+pub mod request;
+mod server;
+
+pub use server::{check_kernel_support, StartError, UblkConfig, UblkServer, CONTROL_PATH};

@@ -1,0 +1,511 @@
+//! The device's life: create `/dev/ublkbN`, run its queues, delete it.
+
+use crate::params::{device_params, Geometry};
+use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
+use crate::request::{decode, execute};
+use io_uring::{opcode, types};
+use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
+use libublk::helpers::IoBuf;
+use libublk::io::{UblkDev, UblkQueue};
+use libublk::uring_async::ublk_submit_sqe_async;
+use libublk::{BufDesc, UblkError, UblkFlags, UblkUringData};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use tiercache_nbd::Export;
+
+/// Where the kernel's ublk driver is reached.
+pub const CONTROL_PATH: &str = "/dev/ublk-control";
+
+/// How to serve an export as a ublk device.
+#[derive(Debug, Clone)]
+pub struct UblkConfig {
+    /// Hardware queues (one io_uring thread each), 1..=32.
+    pub queues: u16,
+    /// Requests in flight per queue, 1..=4096.
+    pub depth: u16,
+    /// Largest READ/WRITE in bytes; also the size of each tag's buffer.
+    /// Lowered to the export's maximum block size.
+    pub max_io_bytes: u32,
+    /// Device number N of `/dev/ublkbN`; None: the kernel picks one.
+    pub dev_id: Option<u32>,
+    /// Threads running the export's (blocking) calls; 0: `queues * depth`,
+    /// capped at 32.
+    pub workers: usize,
+}
+
+impl Default for UblkConfig {
+    fn default() -> Self {
+        UblkConfig {
+            queues: std::thread::available_parallelism()
+                .map(|n| n.get().min(4) as u16)
+                .unwrap_or(1),
+            depth: 64,
+            max_io_bytes: 512 << 10,
+            dev_id: None,
+            workers: 0,
+        }
+    }
+}
+
+impl UblkConfig {
+    fn worker_count(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            (usize::from(self.queues) * usize::from(self.depth)).min(32)
+        }
+    }
+}
+
+/// Why a device could not be served.
+#[derive(Debug)]
+pub enum StartError {
+    /// No `/dev/ublk-control`: the kernel has no ublk driver loaded.
+    NoKernelSupport,
+    /// `/dev/ublk-control` exists but may not be opened (not root).
+    PermissionDenied,
+    /// The export cannot be described to the kernel (block sizes, size).
+    Geometry(String),
+    /// The configuration is out of range.
+    Config(String),
+    /// The driver refused or failed (creating, starting the device).
+    Driver(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NoKernelSupport => write!(
+                f,
+                "this kernel has no ublk (modprobe ublk_drv; needs Linux >= 6.0 built with \
+                 CONFIG_BLK_DEV_UBLK): {CONTROL_PATH} does not exist"
+            ),
+            StartError::PermissionDenied => write!(
+                f,
+                "{CONTROL_PATH} may not be opened: creating a ublk device needs root"
+            ),
+            StartError::Geometry(m) => write!(f, "cannot serve this export over ublk: {m}"),
+            StartError::Config(m) => write!(f, "bad ublk configuration: {m}"),
+            StartError::Driver(m) => write!(f, "ublk driver: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Checks that the kernel has ublk and that this process may use it,
+/// without creating anything.
+pub fn check_kernel_support() -> Result<(), StartError> {
+    check_control_path(Path::new(CONTROL_PATH))
+}
+
+fn check_control_path(path: &Path) -> Result<(), StartError> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StartError::NoKernelSupport),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(StartError::PermissionDenied)
+        }
+        Err(e) => Err(StartError::Driver(format!(
+            "opening {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// A running `/dev/ublkbN` serving an export. Stop it with
+/// [`UblkServer::stop`]; dropping it without stopping also stops it.
+pub struct UblkServer {
+    ctrl: Arc<UblkCtrl>,
+    dev_id: u32,
+    geometry: Geometry,
+    runner: Option<JoinHandle<Result<(), String>>>,
+    pool: Option<WorkerPool>,
+}
+
+/// What every queue thread shares.
+struct Shared {
+    export: Arc<dyn Export>,
+    jobs: Submitter,
+}
+
+impl UblkServer {
+    /// Creates and starts the device; returns once `/dev/ublkbN` exists
+    /// and serves IO.
+    pub fn start(export: Arc<dyn Export>, cfg: &UblkConfig) -> Result<UblkServer, StartError> {
+        check_kernel_support()?;
+        if !(1..=32).contains(&cfg.queues) {
+            return Err(StartError::Config(format!(
+                "{} queues (1 to 32)",
+                cfg.queues
+            )));
+        }
+        if !(1..=4096).contains(&cfg.depth) {
+            return Err(StartError::Config(format!(
+                "queue depth {} (1 to 4096)",
+                cfg.depth
+            )));
+        }
+        let (params, geometry) = device_params(&*export, cfg.max_io_bytes.min(32 << 20))
+            .map_err(StartError::Geometry)?;
+        let ctrl = UblkCtrlBuilder::default()
+            .name("tiercache")
+            .id(cfg.dev_id.map_or(-1, |id| id as i32))
+            .nr_queues(cfg.queues)
+            .depth(cfg.depth)
+            .io_buf_bytes(geometry.max_io_bytes)
+            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+            .build()
+            .map_err(|e| StartError::Driver(format!("adding the device: {}", describe(&e))))?;
+        let ctrl = Arc::new(ctrl);
+        let dev_id = ctrl.dev_info().dev_id;
+
+        let pool = WorkerPool::new(cfg.worker_count(), "ublk-io")
+            .map_err(|e| StartError::Driver(format!("starting worker threads: {e}")))?;
+        let shared = Arc::new(Shared {
+            export,
+            jobs: pool.submitter(),
+        });
+        let (started_tx, started_rx) = mpsc::channel::<Result<(), String>>();
+        let runner = {
+            let ctrl = ctrl.clone();
+            let started = started_tx.clone();
+            std::thread::Builder::new()
+                .name(format!("ublk{dev_id}"))
+                .spawn(move || run_device(&ctrl, params, shared, started))
+                .map_err(|e| StartError::Driver(format!("starting the device thread: {e}")))?
+        };
+        drop(started_tx);
+        let mut server = UblkServer {
+            ctrl,
+            dev_id,
+            geometry,
+            runner: Some(runner),
+            pool: Some(pool),
+        };
+        match started_rx.recv() {
+            Ok(Ok(())) => Ok(server),
+            Ok(Err(m)) => {
+                let _ = server.shutdown();
+                Err(StartError::Driver(m))
+            }
+            Err(mpsc::RecvError) => {
+                let why = server.shutdown().err().unwrap_or_default();
+                Err(StartError::Driver(format!(
+                    "the device stopped while starting {why}"
+                )))
+            }
+        }
+    }
+
+    /// `/dev/ublkbN`.
+    pub fn device_path(&self) -> PathBuf {
+        PathBuf::from(format!("/dev/ublkb{}", self.dev_id))
+    }
+
+    /// N of `/dev/ublkbN`.
+    pub fn dev_id(&self) -> u32 {
+        self.dev_id
+    }
+
+    /// Block sizes and size as given to the kernel.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// True once the queues have stopped by themselves (the device was
+    /// deleted from outside, e.g. `ublk del`, or a queue failed).
+    pub fn has_exited(&self) -> bool {
+        self.runner.as_ref().map_or(true, |r| r.is_finished())
+    }
+
+    /// Stops and deletes the device: the kernel fails new IO, requests in
+    /// flight finish (their export calls complete), the queue threads exit,
+    /// then the worker threads. Returns once `/dev/ublkbN` is gone.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), String> {
+        let Some(runner) = self.runner.take() else {
+            return Ok(());
+        };
+        // -ENOENT / -ENODEV when it was already stopped: nothing to do.
+        if let Err(e) = self.ctrl.kill_dev() {
+            log::debug!("ublk{}: stop: {}", self.dev_id, describe(&e));
+        }
+        let result = match runner.join() {
+            Ok(r) => r,
+            Err(_) => Err("a ublk queue thread panicked".to_string()),
+        };
+        if let Err(e) = self.ctrl.del_dev() {
+            log::debug!("ublk{}: delete: {}", self.dev_id, describe(&e));
+        }
+        if let Some(pool) = self.pool.take() {
+            pool.shutdown();
+        }
+        result
+    }
+}
+
+impl Drop for UblkServer {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            log::error!("ublk{}: {e}", self.dev_id);
+        }
+    }
+}
+
+fn describe(e: &UblkError) -> String {
+    match e {
+        UblkError::OtherError(code) | UblkError::UringIOError(code) if *code < 0 => {
+            format!("{e} ({})", std::io::Error::from_raw_os_error(-code))
+        }
+        UblkError::IOError(io) => format!("{io}"),
+        _ => format!("{e}"),
+    }
+}
+
+/// The device thread: sets the parameters, starts one thread per queue,
+/// starts the device, reports on `started`, and returns when every queue
+/// has stopped.
+fn run_device(
+    ctrl: &UblkCtrl,
+    params: libublk::sys::ublk_params,
+    shared: Arc<Shared>,
+    started: mpsc::Sender<Result<(), String>>,
+) -> Result<(), String> {
+    // Control commands go through a per-thread io_uring; this thread
+    // sends START (and STOP when run_target returns).
+    libublk::ublk_init_ctrl_task_ring(|ring| {
+        if ring.is_none() {
+            *ring = Some(io_uring::IoUring::builder().build(16)?);
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("control ring: {}", describe(&e)))?;
+    let notify_started = started.clone();
+    let result = ctrl.run_target(
+        move |dev: &mut UblkDev| {
+            dev.tgt.dev_size = params.basic.dev_sectors << crate::request::SECTOR_SHIFT;
+            dev.tgt.params = params;
+            // One extra io_uring slot per queue for the eventfd read.
+            dev.tgt.sq_depth = dev.dev_info.queue_depth + 1;
+            dev.tgt.cq_depth = dev.dev_info.queue_depth + 1;
+            Ok(())
+        },
+        move |qid, dev: &UblkDev| serve_queue(qid, dev, &shared),
+        move |_ctrl: &UblkCtrl| {
+            let _ = notify_started.send(Ok(()));
+        },
+    );
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let m = format!("running the device: {}", describe(&e));
+            let _ = started.send(Err(m.clone()));
+            Err(m)
+        }
+    }
+}
+
+/// One tag's buffer and result slot. Shared (`Arc`) between the tag's task
+/// and the worker running its request, so that the memory outlives both.
+struct TagSlot {
+    /// Registered with the kernel for this tag: the kernel copies WRITE
+    /// data into it before handing over a request and copies READ data
+    /// out of it when the request is committed.
+    buf: IoBuf<u8>,
+    done: Completion,
+}
+
+/// A raw pointer to a tag's buffer, sent to the worker with its request.
+struct BufPtr(*mut u8, usize);
+// SAFETY: the pointer is only dereferenced by the one worker that runs the
+// tag's current request (see `serve_tag`), while the tag's task waits.
+unsafe impl Send for BufPtr {}
+
+/// A queue thread: one async task per tag and one draining the eventfd,
+/// on a local executor driven by the queue's io_uring.
+fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
+    // Declared before the queue, so dropped after it: the kernel may use
+    // the buffers and the eventfd read target until the queue's io_uring
+    // is closed.
+    let buf_bytes = dev.dev_info.max_io_buf_bytes as usize;
+    let slots: Vec<Arc<TagSlot>> = (0..dev.dev_info.queue_depth)
+        .map(|_| {
+            Arc::new(TagSlot {
+                buf: IoBuf::new(buf_bytes),
+                done: Completion::default(),
+            })
+        })
+        .collect();
+    let notifier = match Notifier::new() {
+        Ok(n) => Arc::new(n),
+        Err(e) => {
+            log::error!("ublk queue {qid}: eventfd: {e}");
+            return;
+        }
+    };
+    let mut eventfd_target = Box::new(0u64);
+    let eventfd_target_ptr: *mut u64 = &mut *eventfd_target;
+
+    let queue = match UblkQueue::new(qid, dev) {
+        Ok(q) => Rc::new(q),
+        Err(e) => {
+            log::error!("ublk queue {qid}: {}", describe(&e));
+            return;
+        }
+    };
+    let exe = Rc::new(smol::LocalExecutor::new());
+    let mut tag_tasks = Vec::new();
+    for tag in queue.tags() {
+        let (q, slot, shared, notifier) = (
+            queue.clone(),
+            slots[tag as usize].clone(),
+            shared.clone(),
+            notifier.clone(),
+        );
+        tag_tasks.push(exe.spawn(async move {
+            match serve_tag(&q, tag, slot, &shared, notifier).await {
+                Ok(()) | Err(UblkError::QueueIsDown) => {}
+                Err(e) => log::error!("ublk queue {qid} tag {tag}: {}", describe(&e)),
+            }
+        }));
+    }
+    let efd = notifier.raw_fd();
+    // Not in tag_tasks: it never finishes by itself; it is dropped with
+    // the executor once every tag task has finished.
+    let _drain = exe.spawn(async move {
+        loop {
+            let read = opcode::Read::new(types::Fd(efd), eventfd_target_ptr.cast(), 8).build();
+            match ublk_submit_sqe_async(read, UblkUringData::Target as u64).await {
+                Ok(8) => {}
+                Ok(r) => {
+                    log::debug!("ublk queue {qid}: eventfd read returned {r}");
+                    if r < 0 && r != -libc::EINTR && r != -libc::EAGAIN {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    log::debug!("ublk queue {qid}: eventfd read: {}", describe(&e));
+                    break;
+                }
+            }
+        }
+    });
+    let q = queue.clone();
+    let exe2 = exe.clone();
+    smol::block_on(exe.run(async move {
+        let run_ops = || while exe2.try_tick() {};
+        let done = || tag_tasks.iter().all(|t| t.is_finished());
+        if let Err(e) = libublk::wait_and_handle_io_events(&q, Some(20), run_ops, done).await {
+            log::error!("ublk queue {qid}: {}", describe(&e));
+        }
+    }));
+    drop(_drain);
+    drop(exe);
+    drop(queue);
+    drop(eventfd_target);
+}
+
+/// One tag: fetch a request, run it on a worker, commit the result, and
+/// fetch the next, until the queue goes down.
+async fn serve_tag(
+    q: &UblkQueue<'_>,
+    tag: u16,
+    slot: Arc<TagSlot>,
+    shared: &Shared,
+    notifier: Arc<Notifier>,
+) -> Result<(), UblkError> {
+    q.submit_io_prep_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), 0, Some(&slot.buf))
+        .await?;
+    loop {
+        let iod = q.get_iod(tag);
+        let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
+            Err(errno) => errno,
+            Ok(req) => {
+                let (job_slot, export, notifier) =
+                    (slot.clone(), shared.export.clone(), notifier.clone());
+                let buf = BufPtr(slot.buf.as_mut_ptr(), slot.buf.len());
+                let queued = shared.jobs.submit(move || {
+                    let buf = buf;
+                    // SAFETY: `buf` points to `job_slot.buf`, kept alive by
+                    // `job_slot`. Nothing else touches those bytes until
+                    // `complete` below: the tag's task is waiting for it,
+                    // and the kernel hands the buffer over only with the
+                    // next request, after the commit that follows.
+                    let bytes = unsafe { std::slice::from_raw_parts_mut(buf.0, buf.1) };
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        execute(&*export, req, bytes)
+                    }))
+                    .unwrap_or_else(|_| {
+                        log::error!("ublk: the export panicked on {req:?}");
+                        -libc::EIO
+                    });
+                    job_slot.done.complete(result);
+                    notifier.notify();
+                });
+                if queued {
+                    slot.done.wait().await
+                } else {
+                    -libc::EIO
+                }
+            }
+        };
+        q.submit_io_commit_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), result)
+            .await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_control_device_says_the_kernel_lacks_ublk() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = check_control_path(&dir.path().join("ublk-control")).unwrap_err();
+        assert!(matches!(e, StartError::NoKernelSupport));
+        let msg = e.to_string();
+        assert!(msg.contains("this kernel has no ublk"), "{msg}");
+        assert!(msg.contains("modprobe ublk_drv"), "{msg}");
+        assert!(msg.contains("Linux >= 6.0"), "{msg}");
+    }
+
+    #[test]
+    fn start_on_this_host_either_works_or_explains() {
+        if Path::new(CONTROL_PATH).exists() {
+            eprintln!("SKIPPED: this kernel has ublk; the VM lab covers it");
+            return;
+        }
+        let export = Arc::new(tiercache_nbd::MemExport::new(1 << 20));
+        let err = UblkServer::start(export, &UblkConfig::default())
+            .err()
+            .expect("no ublk here");
+        assert!(matches!(err, StartError::NoKernelSupport), "{err}");
+    }
+
+    #[test]
+    fn default_worker_count_is_bounded() {
+        let cfg = UblkConfig {
+            queues: 4,
+            depth: 128,
+            ..UblkConfig::default()
+        };
+        assert_eq!(cfg.worker_count(), 32);
+        let cfg = UblkConfig {
+            queues: 1,
+            depth: 4,
+            ..UblkConfig::default()
+        };
+        assert_eq!(cfg.worker_count(), 4);
+    }
+}
