@@ -3,7 +3,7 @@
 //! and fuzz targets.
 
 use crate::export::{transmission_flags, BlockSizes, Export};
-use crate::proto::{self, ClientOption, InfoRequest, TransmissionContext};
+use crate::proto::{self, ClientFlags, ClientOption, InfoRequest, TransmissionContext};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,6 +69,24 @@ pub struct HandshakeParams<'a> {
     pub shutting_down: &'a AtomicBool,
     /// Options accepted before the client is deemed abusive.
     pub max_options: usize,
+    /// Where this connection stands with TLS.
+    pub tls: TlsPhase,
+}
+
+/// The connection's TLS state, as the spec's server modes see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsPhase {
+    /// NOTLS: `NBD_OPT_STARTTLS` gets `NBD_REP_ERR_POLICY`.
+    Unavailable,
+    /// SELECTIVETLS with no TLS-only export: the client may upgrade with
+    /// `NBD_OPT_STARTTLS` or go on in plain text.
+    Optional,
+    /// FORCEDTLS before the upgrade: every option but `NBD_OPT_STARTTLS`
+    /// and `NBD_OPT_ABORT` gets `NBD_REP_ERR_TLS_REQD`
+    /// (`NBD_OPT_EXPORT_NAME`, which cannot be refused, disconnects).
+    Required,
+    /// TLS is running: `NBD_OPT_STARTTLS` gets `NBD_REP_ERR_INVALID`.
+    Active,
 }
 
 /// A successful negotiation.
@@ -86,6 +104,11 @@ pub enum HandshakeEnd {
     Transmission(Negotiated),
     /// The client sent `NBD_OPT_ABORT` (soft disconnect).
     Aborted,
+    /// `NBD_OPT_STARTTLS` was acknowledged: the caller runs the TLS
+    /// handshake, then [`negotiate_options`] over TLS with these client
+    /// flags and [`TlsPhase::Active`]. Nothing negotiated before carries
+    /// over (the spec: structured replies must be asked for again).
+    StartTls(ClientFlags),
 }
 
 /// Why a negotiation failed: the connection must be closed.
@@ -136,7 +159,10 @@ fn find_export(exports: &[ExportEntry], name: &str) -> Option<usize> {
 /// then answers options until the client enters transmission
 /// (`NBD_OPT_GO` or `NBD_OPT_EXPORT_NAME`), aborts, or misbehaves.
 ///
-/// `w` is flushed after every reply. Never panics, whatever `r` yields;
+/// `w` is flushed after every reply, except the last one when entering
+/// transmission: the caller flushes it, after recording that the client is
+/// past negotiation, so that nothing it does once it has the reply can
+/// find the connection still negotiating. Never panics, whatever `r` yields;
 /// memory use is bounded by [`proto::MAX_OPTION_DATA_LEN`] per option.
 pub fn negotiate<R: Read, W: Write>(
     r: &mut R,
@@ -149,6 +175,18 @@ pub fn negotiate<R: Read, W: Write>(
     r.read_exact(&mut cf)?;
     let client_flags = proto::parse_client_flags(&cf, proto::SERVER_HANDSHAKE_FLAGS)
         .map_err(|e| protocol(e.to_string()))?;
+    negotiate_options(r, w, p, client_flags)
+}
+
+/// The option haggling part of [`negotiate`], after the greeting and the
+/// client flags: on its own, it continues a negotiation over TLS after
+/// [`HandshakeEnd::StartTls`].
+pub fn negotiate_options<R: Read, W: Write>(
+    r: &mut R,
+    w: &mut W,
+    p: &HandshakeParams<'_>,
+    client_flags: ClientFlags,
+) -> Result<HandshakeEnd, HandshakeError> {
     let mut structured = false;
     for _ in 0..p.max_options {
         let mut hb = [0u8; proto::OPTION_HEADER_LEN];
@@ -171,6 +209,22 @@ pub fn negotiate<R: Read, W: Write>(
                 return Err(protocol("server is shutting down"));
             }
             reply(w, opt, proto::REP_ERR_SHUTDOWN, b"server is shutting down")?;
+            w.flush()?;
+            continue;
+        }
+
+        if p.tls == TlsPhase::Required && opt != proto::OPT_STARTTLS && opt != proto::OPT_ABORT {
+            if opt == proto::OPT_EXPORT_NAME {
+                return Err(protocol(
+                    "NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS on a server that requires TLS",
+                ));
+            }
+            reply(
+                w,
+                opt,
+                proto::REP_ERR_TLS_REQD,
+                b"this server requires TLS: send NBD_OPT_STARTTLS first",
+            )?;
             w.flush()?;
             continue;
         }
@@ -198,7 +252,7 @@ pub fn negotiate<R: Read, W: Write>(
                 if !client_flags.no_zeroes {
                     w.write_all(&[0u8; 124])?;
                 }
-                w.flush()?;
+                // Not flushed: see the contract.
                 return Ok(HandshakeEnd::Transmission(negotiated(
                     i, export, structured, flags, p,
                 )));
@@ -218,14 +272,24 @@ pub fn negotiate<R: Read, W: Write>(
                 }
                 reply(w, opt, proto::REP_ACK, &[])?;
             }
-            ClientOption::StartTls => {
-                reply(
-                    w,
-                    opt,
-                    proto::REP_ERR_POLICY,
-                    b"TLS is not enabled on this server",
-                )?;
-            }
+            ClientOption::StartTls => match p.tls {
+                TlsPhase::Unavailable => {
+                    reply(
+                        w,
+                        opt,
+                        proto::REP_ERR_POLICY,
+                        b"TLS is not enabled on this server",
+                    )?;
+                }
+                TlsPhase::Active => {
+                    reply(w, opt, proto::REP_ERR_INVALID, b"TLS is already running")?;
+                }
+                TlsPhase::Optional | TlsPhase::Required => {
+                    reply(w, opt, proto::REP_ACK, &[])?;
+                    w.flush()?;
+                    return Ok(HandshakeEnd::StartTls(client_flags));
+                }
+            },
             ClientOption::Info(req) | ClientOption::Go(req) => {
                 let go = opt == proto::OPT_GO;
                 match find_export(p.exports, &req.name) {
@@ -237,7 +301,7 @@ pub fn negotiate<R: Read, W: Write>(
                         let flags = send_info(w, opt, &p.exports[i], &req, structured, p)?;
                         reply(w, opt, proto::REP_ACK, &[])?;
                         if go {
-                            w.flush()?;
+                            // Not flushed: see the contract.
                             let export = &*p.exports[i].export;
                             return Ok(HandshakeEnd::Transmission(negotiated(
                                 i, export, structured, flags, p,
@@ -339,6 +403,10 @@ mod tests {
     use std::io::Cursor;
 
     fn run(client: &[u8]) -> (Result<HandshakeEnd, HandshakeError>, Vec<u8>) {
+        run_tls(client, TlsPhase::Unavailable)
+    }
+
+    fn run_tls(client: &[u8], tls: TlsPhase) -> (Result<HandshakeEnd, HandshakeError>, Vec<u8>) {
         let exports = vec![
             ExportEntry::new("a", Arc::new(MemExport::new(1 << 20))),
             ExportEntry::new("b", Arc::new(MemExport::new(4096).with_read_only(true)))
@@ -350,6 +418,7 @@ mod tests {
             max_block: 1 << 20,
             shutting_down: &stop,
             max_options: 16,
+            tls,
         };
         let mut out = Vec::new();
         let r = negotiate(&mut Cursor::new(client), &mut out, &p);
@@ -510,5 +579,113 @@ mod tests {
         // Too many options.
         let c = client(&vec![ClientOption::Unsupported(99); 17]);
         assert!(matches!(run(&c).0, Err(HandshakeError::Protocol(_))));
+    }
+    #[test]
+    fn starttls_follows_the_servers_tls_phase() {
+        let c = client(&[ClientOption::StartTls, ClientOption::Abort]);
+        // NOTLS: refused by policy, negotiation goes on.
+        let (r, out) = run_tls(&c, TlsPhase::Unavailable);
+        assert!(matches!(r, Ok(HandshakeEnd::Aborted)));
+        assert_eq!(replies(&out)[0].1, REP_ERR_POLICY);
+        // Optional and required: ACK, and the caller takes over.
+        for phase in [TlsPhase::Optional, TlsPhase::Required] {
+            let (r, out) = run_tls(&c, phase);
+            let Ok(HandshakeEnd::StartTls(flags)) = r else {
+                panic!("{r:?}")
+            };
+            assert!(flags.no_zeroes);
+            let rs = replies(&out);
+            assert_eq!((rs.len(), rs[0].0, rs[0].1), (1, OPT_STARTTLS, REP_ACK));
+        }
+        // Already running: invalid.
+        let (r, out) = run_tls(&c, TlsPhase::Active);
+        assert!(matches!(r, Ok(HandshakeEnd::Aborted)));
+        assert_eq!(replies(&out)[0].1, REP_ERR_INVALID);
+        // STARTTLS with data is invalid too.
+        let mut c = client(&[]);
+        c.extend_from_slice(
+            &OptionHeader {
+                option: OPT_STARTTLS,
+                length: 1,
+            }
+            .encode(),
+        );
+        c.push(0);
+        c.extend_from_slice(&ClientOption::Abort.encode());
+        let (r, out) = run_tls(&c, TlsPhase::Optional);
+        assert!(matches!(r, Ok(HandshakeEnd::Aborted)));
+        assert_eq!(replies(&out)[0].1, REP_ERR_INVALID);
+    }
+
+    #[test]
+    fn required_tls_refuses_every_other_option_first() {
+        let go = ClientOption::Go(InfoRequest {
+            name: "a".into(),
+            requests: vec![],
+        });
+        let c = client(&[
+            ClientOption::List,
+            ClientOption::StructuredReply,
+            ClientOption::Info(InfoRequest {
+                name: "a".into(),
+                requests: vec![],
+            }),
+            ClientOption::Unsupported(1234),
+            go.clone(),
+            ClientOption::Abort,
+        ]);
+        let (r, out) = run_tls(&c, TlsPhase::Required);
+        assert!(matches!(r, Ok(HandshakeEnd::Aborted)), "{r:?}");
+        let types: Vec<u32> = replies(&out).iter().map(|r| r.1).collect();
+        assert_eq!(
+            types,
+            vec![REP_ERR_TLS_REQD; 5]
+                .into_iter()
+                .chain([REP_ACK])
+                .collect::<Vec<_>>()
+        );
+        // EXPORT_NAME cannot be refused: disconnect.
+        let c = client(&[ClientOption::ExportName("a".into())]);
+        assert!(matches!(
+            run_tls(&c, TlsPhase::Required).0,
+            Err(HandshakeError::Protocol(_))
+        ));
+        // The same options are served once TLS runs, and in optional mode.
+        for phase in [TlsPhase::Active, TlsPhase::Optional] {
+            let (r, _) = run_tls(&client(std::slice::from_ref(&go)), phase);
+            assert!(
+                matches!(r, Ok(HandshakeEnd::Transmission(_))),
+                "{phase:?}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn options_continue_after_the_upgrade_without_earlier_state() {
+        // Structured replies negotiated before STARTTLS do not carry over.
+        let c = client(&[ClientOption::StructuredReply, ClientOption::StartTls]);
+        let (r, _) = run_tls(&c, TlsPhase::Optional);
+        let Ok(HandshakeEnd::StartTls(flags)) = r else {
+            panic!("{r:?}")
+        };
+        let exports = vec![ExportEntry::new("a", Arc::new(MemExport::new(1 << 20)))];
+        let stop = AtomicBool::new(false);
+        let p = HandshakeParams {
+            exports: &exports,
+            max_block: 1 << 20,
+            shutting_down: &stop,
+            max_options: 16,
+            tls: TlsPhase::Active,
+        };
+        let mut after = Vec::new();
+        after.extend_from_slice(&ClientOption::ExportName("a".into()).encode());
+        let mut out = Vec::new();
+        let r = negotiate_options(&mut Cursor::new(after), &mut out, &p, flags);
+        let Ok(HandshakeEnd::Transmission(n)) = r else {
+            panic!("{r:?}")
+        };
+        assert!(!n.structured_replies);
+        // No greeting the second time: just size and flags.
+        assert_eq!(out.len(), 8 + 2);
     }
 }

@@ -18,9 +18,10 @@
 //! Protocol coverage: options `NBD_OPT_GO`, `NBD_OPT_INFO` (with
 //! `NBD_INFO_EXPORT`, `NBD_INFO_BLOCK_SIZE`, `NBD_INFO_NAME`,
 //! `NBD_INFO_DESCRIPTION`), `NBD_OPT_LIST`, `NBD_OPT_ABORT`,
-//! `NBD_OPT_EXPORT_NAME`, `NBD_OPT_STRUCTURED_REPLY`; `NBD_OPT_STARTTLS` is
-//! refused with `NBD_REP_ERR_POLICY`, anything else gets
-//! `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA), FLUSH, TRIM,
+//! `NBD_OPT_EXPORT_NAME`, `NBD_OPT_STRUCTURED_REPLY`, `NBD_OPT_STARTTLS`
+//! (TLS with X.509 certificates or pre-shared keys, optional or required:
+//! see [`TlsMode`] and [`tls`]; refused with `NBD_REP_ERR_POLICY` when TLS
+//! is off); anything else gets `NBD_REP_ERR_UNSUP`. Commands READ, WRITE (FUA), FLUSH, TRIM,
 //! WRITE_ZEROES (NO_HOLE), DISC; simple and structured replies. Requests are
 //! pipelined and executed concurrently.
 //!
@@ -32,7 +33,9 @@ pub mod export;
 pub mod handshake;
 pub mod proto;
 mod server;
+pub mod tls;
 
 pub use export::{nbd_errno, transmission_flags, BlockSizes, Export, MemExport, DEFAULT_MAX_BLOCK};
-pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated};
-pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle};
+pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
+pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle, TlsMode};
+pub use tls::TlsConfig;

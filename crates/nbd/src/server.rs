@@ -10,10 +10,14 @@
 //! request) and the reader stops reading while the bound is reached.
 
 use crate::export::{nbd_errno, Export};
-use crate::handshake::{negotiate, ExportEntry, HandshakeEnd, HandshakeError, HandshakeParams};
+use crate::handshake::{
+    negotiate, negotiate_options, ExportEntry, HandshakeEnd, HandshakeError, HandshakeParams,
+    TlsPhase,
+};
 use crate::proto::{self, Command, TransmissionContext, Verdict};
+use crate::tls::{TlsConfig, TlsStream};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::io::{self, BufReader, BufWriter, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -28,8 +32,11 @@ use std::time::{Duration, Instant};
 /// Tunables of a [`Server`]. `Default` gives sensible values.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Connections served at once; further ones are accepted and closed
-    /// immediately (and logged).
+    /// Connections served at once. When all are taken, a new connection
+    /// replaces the oldest one still negotiating (so idle or slow
+    /// handshakes cannot lock clients out); if every connection is past
+    /// its handshake, the new one is accepted and closed at once (and
+    /// logged).
     pub max_connections: usize,
     /// Worker threads per connection executing requests concurrently.
     pub workers: usize,
@@ -49,6 +56,39 @@ pub struct ServerConfig {
     /// On shutdown, how long to let connections finish in-flight requests
     /// before forcibly closing them.
     pub shutdown_grace: Duration,
+    /// TLS (`NBD_OPT_STARTTLS`), on every listener of the server.
+    pub tls: TlsMode,
+}
+
+/// Whether and how clients use TLS (nbdkit's `--tls=off|on|require`).
+#[derive(Debug, Clone, Default)]
+pub enum TlsMode {
+    /// No TLS: `NBD_OPT_STARTTLS` is refused (`NBD_REP_ERR_POLICY`).
+    #[default]
+    Off,
+    /// Clients may upgrade with `NBD_OPT_STARTTLS` or stay in plain text
+    /// (the spec's SELECTIVETLS with no TLS-only export). Anyone who can
+    /// connect can still use the export without TLS.
+    Optional(TlsConfig),
+    /// Clients must upgrade before anything else (the spec's FORCEDTLS).
+    Required(TlsConfig),
+}
+
+impl TlsMode {
+    fn config(&self) -> Option<&TlsConfig> {
+        match self {
+            TlsMode::Off => None,
+            TlsMode::Optional(c) | TlsMode::Required(c) => Some(c),
+        }
+    }
+
+    fn phase(&self) -> TlsPhase {
+        match self {
+            TlsMode::Off => TlsPhase::Unavailable,
+            TlsMode::Optional(_) => TlsPhase::Optional,
+            TlsMode::Required(_) => TlsPhase::Required,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -62,6 +102,7 @@ impl Default for ServerConfig {
             handshake_timeout: Some(Duration::from_secs(30)),
             max_options: 256,
             shutdown_grace: Duration::from_secs(30),
+            tls: TlsMode::Off,
         }
     }
 }
@@ -69,38 +110,94 @@ impl Default for ServerConfig {
 // ---------------------------------------------------------------------------
 // Streams and listeners.
 
+/// A connected socket.
 #[derive(Debug)]
-enum Stream {
+enum Socket {
     Unix(UnixStream),
     Tcp(TcpStream),
 }
 
-impl Stream {
-    fn try_clone(&self) -> io::Result<Stream> {
+impl Socket {
+    fn try_clone(&self) -> io::Result<Socket> {
         Ok(match self {
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
         })
     }
     fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         match self {
-            Stream::Unix(s) => s.shutdown(how),
-            Stream::Tcp(s) => s.shutdown(how),
+            Socket::Unix(s) => s.shutdown(how),
+            Socket::Tcp(s) => s.shutdown(how),
         }
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
-            Stream::Unix(s) => s.set_read_timeout(t),
-            Stream::Tcp(s) => s.set_read_timeout(t),
+            Socket::Unix(s) => s.set_read_timeout(t),
+            Socket::Tcp(s) => s.set_read_timeout(t),
         }
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Unix(s) => s.read(buf),
+            Socket::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Unix(s) => s.write(buf),
+            Socket::Tcp(s) => s.write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Unix(s) => s.write_vectored(bufs),
+            Socket::Tcp(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A connection's byte stream: the socket itself, or TLS on it.
+enum Stream {
+    Plain(Socket),
+    Tls(TlsStream<Socket>),
+}
+
+impl Stream {
+    fn socket(&self) -> &Socket {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(t) => t.socket(),
+        }
+    }
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.socket().shutdown(how)
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket().set_read_timeout(t)
+    }
+    /// Ends the connection: a TLS close_notify if TLS runs, then shutdown.
+    fn close(&self) {
+        if let Stream::Tls(t) = self {
+            t.close();
+        }
+        let _ = self.shutdown(Shutdown::Both);
     }
 }
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            Stream::Unix(s) => s.read(buf),
-            Stream::Tcp(s) => s.read(buf),
+            Stream::Plain(s) => s.read(buf),
+            Stream::Tls(t) => t.read(buf),
         }
     }
 }
@@ -108,14 +205,14 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Unix(s) => s.write(buf),
-            Stream::Tcp(s) => s.write(buf),
+            Stream::Plain(s) => s.write(buf),
+            Stream::Tls(t) => t.write(buf),
         }
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
-            Stream::Unix(s) => s.write_vectored(bufs),
-            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Plain(s) => s.write_vectored(bufs),
+            Stream::Tls(t) => t.write_vectored(bufs),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -255,16 +352,16 @@ impl Listener {
         }
     }
 
-    fn accept(&self) -> io::Result<(Stream, String)> {
+    fn accept(&self) -> io::Result<(Socket, String)> {
         match &self.kind {
             ListenerKind::Unix { listener, path, .. } => {
                 let (s, _) = listener.accept()?;
-                Ok((Stream::Unix(s), format!("unix:{}", path.display())))
+                Ok((Socket::Unix(s), format!("unix:{}", path.display())))
             }
             ListenerKind::Tcp(l) => {
                 let (s, a) = l.accept()?;
                 let _ = s.set_nodelay(true);
-                Ok((Stream::Tcp(s), a.to_string()))
+                Ok((Socket::Tcp(s), a.to_string()))
             }
         }
     }
@@ -307,11 +404,30 @@ struct Inner {
     stop: AtomicBool,
     /// Where to connect to wake each running accept loop.
     wake: Mutex<Vec<WakeTarget>>,
-    /// Live connections: a handle on each socket, to shut it down.
-    conns: Mutex<HashMap<u64, Stream>>,
-    active: Mutex<usize>,
+    /// Live connections by id (ids grow, so the first negotiating entry is
+    /// the oldest): a handle on each socket, to shut it down.
+    conns: Mutex<BTreeMap<u64, ConnEntry>>,
+    /// Lock order: `active`, then `conns`.
+    active: Mutex<Counts>,
     active_cv: Condvar,
     refused: AtomicU64,
+}
+
+struct ConnEntry {
+    socket: Socket,
+    /// Still in the handshake (greeting, options, TLS): may be replaced by
+    /// a new connection when all slots are taken.
+    negotiating: bool,
+    /// Shut down to make room; its thread is on its way out.
+    evicted: bool,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// Connections with a thread (including evicted ones not yet gone).
+    active: usize,
+    /// Of those, evicted ones.
+    evicted: usize,
 }
 
 /// An NBD server over a fixed set of exports. Clones share the server (to
@@ -364,7 +480,7 @@ impl RunningServer {
 
     /// Connections currently open (in handshake or transmission).
     pub fn active_connections(&self) -> usize {
-        *self.handle.inner.active.lock()
+        self.handle.inner.active.lock().active
     }
 
     /// Gracefully shuts down and waits; returns the first export flush
@@ -419,8 +535,8 @@ impl Server {
                 config,
                 stop: AtomicBool::new(false),
                 wake: Mutex::new(Vec::new()),
-                conns: Mutex::new(HashMap::new()),
-                active: Mutex::new(0),
+                conns: Mutex::new(BTreeMap::new()),
+                active: Mutex::new(Counts::default()),
                 active_cv: Condvar::new(),
                 refused: AtomicU64::new(0),
             }),
@@ -485,31 +601,17 @@ impl Server {
                 break;
             }
             threads.retain(|t| !t.is_finished());
-            {
-                let mut active = inner.active.lock();
-                if *active >= inner.config.max_connections {
-                    let n = inner.refused.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n.is_power_of_two() {
-                        log::warn!(
-                            "refusing connection from {peer}: {} connections open (limit); {n} refused so far",
-                            *active
-                        );
-                    }
-                    continue;
-                }
-                *active += 1;
-            }
             next_id += 1;
             let id = next_id;
-            match stream.try_clone() {
-                Ok(s) => {
-                    inner.conns.lock().insert(id, s);
-                }
+            let handle = match stream.try_clone() {
+                Ok(s) => s,
                 Err(e) => {
                     log::warn!("{peer}: cannot clone socket: {e}");
-                    finish_connection(inner, id);
                     continue;
                 }
+            };
+            if !inner.admit(id, handle, &peer) {
+                continue;
             }
             let inner2 = inner.clone();
             let spawned = thread::Builder::new()
@@ -517,7 +619,7 @@ impl Server {
                 .spawn(move || {
                     // Bookkeeping happens even if the connection panics.
                     let _done = ConnGuard(&inner2, id);
-                    run_connection(&inner2, stream, &format!("nbd conn #{id} ({peer})"));
+                    run_connection(&inner2, id, stream, &format!("nbd conn #{id} ({peer})"));
                 });
             match spawned {
                 Ok(t) => threads.push(t),
@@ -531,13 +633,13 @@ impl Server {
         log::info!("NBD server shutting down");
 
         // Stop reading requests; in-flight ones complete and are answered.
-        for s in inner.conns.lock().values() {
-            let _ = s.shutdown(Shutdown::Read);
+        for c in inner.conns.lock().values() {
+            let _ = c.socket.shutdown(Shutdown::Read);
         }
         {
             let mut active = inner.active.lock();
             let deadline = std::time::Instant::now() + inner.config.shutdown_grace;
-            while *active > 0 {
+            while active.active > 0 {
                 if inner
                     .active_cv
                     .wait_until(&mut active, deadline)
@@ -545,10 +647,10 @@ impl Server {
                 {
                     log::warn!(
                         "{} connection(s) did not finish within the grace period; closing them",
-                        *active
+                        active.active
                     );
-                    for s in inner.conns.lock().values() {
-                        let _ = s.shutdown(Shutdown::Both);
+                    for c in inner.conns.lock().values() {
+                        let _ = c.socket.shutdown(Shutdown::Both);
                     }
                     break;
                 }
@@ -586,10 +688,86 @@ impl Drop for ConnGuard<'_> {
 }
 
 fn finish_connection(inner: &Inner, id: u64) {
-    inner.conns.lock().remove(&id);
-    let mut active = inner.active.lock();
-    *active -= 1;
+    let evicted = inner.conns.lock().remove(&id).is_some_and(|c| c.evicted);
+    let mut counts = inner.active.lock();
+    counts.active -= 1;
+    if evicted {
+        counts.evicted -= 1;
+    }
     inner.active_cv.notify_all();
+}
+
+impl Inner {
+    /// Takes a connection slot for connection `id` (whose socket `handle`
+    /// is kept to shut it down), replacing the oldest connection still
+    /// negotiating if all `max_connections` are taken. False (and the
+    /// socket is to be closed) if every slot is past its handshake, or if
+    /// replaced connections are slow to go away (never more than
+    /// `max_connections` of those at once, which bounds threads).
+    fn admit(&self, id: u64, handle: Socket, peer: &str) -> bool {
+        let max = self.config.max_connections;
+        let mut counts = self.active.lock();
+        let mut conns = self.conns.lock();
+        if counts.active - counts.evicted >= max {
+            let oldest = if counts.evicted < max {
+                conns.iter_mut().find(|(_, c)| c.negotiating && !c.evicted)
+            } else {
+                None
+            };
+            match oldest {
+                Some((old, c)) => {
+                    c.evicted = true;
+                    counts.evicted += 1;
+                    let _ = c.socket.shutdown(Shutdown::Both);
+                    log::debug!(
+                        "connection #{old} was still negotiating with all {max} slots taken: closed for {peer}"
+                    );
+                }
+                None => {
+                    let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        log::warn!(
+                            "refusing connection from {peer}: {} connections open (limit); {n} refused so far",
+                            counts.active
+                        );
+                    }
+                    return false;
+                }
+            }
+        }
+        counts.active += 1;
+        conns.insert(
+            id,
+            ConnEntry {
+                socket: handle,
+                negotiating: true,
+                evicted: false,
+            },
+        );
+        true
+    }
+
+    /// After a negotiation ends: if it entered transmission, marks
+    /// connection `id` as past negotiation (no longer replaced to make
+    /// room), then flushes the final reply to the client.
+    fn entered_transmission<W: Write>(
+        &self,
+        id: u64,
+        end: Result<HandshakeEnd, HandshakeError>,
+        w: &mut W,
+    ) -> Result<HandshakeEnd, HandshakeError> {
+        if let Ok(HandshakeEnd::Transmission(_)) = end {
+            if let Some(c) = self.conns.lock().get_mut(&id) {
+                c.negotiating = false;
+            }
+            w.flush()?;
+        }
+        end
+    }
+
+    fn is_evicted(&self, id: u64) -> bool {
+        self.conns.lock().get(&id).is_some_and(|c| c.evicted)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -636,11 +814,11 @@ struct Conn<'a> {
 
 const KEEP_BUF: usize = 1 << 20;
 
-fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
+fn run_connection(inner: &Inner, id: u64, socket: Socket, peer: &str) {
     let cfg = &inner.config;
-    let read_half = match stream.try_clone() {
+    let read_half = match socket.try_clone() {
         Ok(s) => ConnReader {
-            stream: s,
+            stream: Stream::Plain(s),
             deadline: cfg.handshake_timeout.map(|t| Instant::now() + t),
         },
         Err(e) => {
@@ -648,19 +826,58 @@ fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
             return;
         }
     };
-    let mut reader = BufReader::with_capacity(256 << 10, read_half);
-    let mut writer = stream;
-    let params = HandshakeParams {
+    let mut reader = BufReader::with_capacity(HANDSHAKE_READ_BUF, read_half);
+    let mut writer = Stream::Plain(socket);
+    let mut params = HandshakeParams {
         exports: &inner.exports,
         max_block: cfg.max_block,
         shutting_down: &inner.stop,
         max_options: cfg.max_options,
+        tls: cfg.tls.phase(),
     };
-    let end = negotiate(&mut reader, &mut BufWriter::new(&mut writer), &params);
+    // Option replies are flushed by `negotiate`, except the one entering
+    // transmission, which is flushed below once the connection is marked
+    // as past negotiation; STARTTLS's ACK is flushed.
+    let mut end = {
+        let mut w = BufWriter::new(&mut writer);
+        let end = negotiate(&mut reader, &mut w, &params);
+        inner.entered_transmission(id, end, &mut w)
+    };
+    if let Ok(HandshakeEnd::StartTls(client_flags)) = end {
+        let Some(tls) = cfg.tls.config() else {
+            log::error!("{peer}: STARTTLS acknowledged without TLS credentials");
+            return;
+        };
+        match start_tls(tls, reader, writer, peer) {
+            Ok((r, w)) => {
+                (reader, writer) = (r, w);
+                params.tls = TlsPhase::Active;
+                let mut w = BufWriter::new(&mut writer);
+                let e = negotiate_options(&mut reader, &mut w, &params, client_flags);
+                end = inner.entered_transmission(id, e, &mut w);
+            }
+            Err(e) => {
+                if inner.is_evicted(id) {
+                    log::debug!("{peer}: closed during the TLS handshake to make room");
+                } else {
+                    log::warn!("{peer}: TLS handshake failed: {e}");
+                }
+                return;
+            }
+        }
+    }
     let n = match end {
         Ok(HandshakeEnd::Transmission(n)) => n,
         Ok(HandshakeEnd::Aborted) => {
             log::debug!("{peer}: client ended negotiation (NBD_OPT_ABORT)");
+            return;
+        }
+        Ok(HandshakeEnd::StartTls(_)) => {
+            log::warn!("{peer}: a second NBD_OPT_STARTTLS was acknowledged; disconnecting");
+            return;
+        }
+        Err(_) if inner.is_evicted(id) => {
+            log::debug!("{peer}: closed during the handshake to make room");
             return;
         }
         Err(HandshakeError::Io(e)) => {
@@ -734,8 +951,43 @@ fn run_connection(inner: &Inner, stream: Stream, peer: &str) {
         conn.work_cv.notify_all();
     });
     // All workers have exited, so every queued request was answered.
-    let _ = conn.writer.lock().shutdown(Shutdown::Both);
+    conn.writer.lock().close();
     log::debug!("{peer}: connection closed");
+}
+
+/// Read buffer of a connection (the handshake's, kept for transmission).
+const HANDSHAKE_READ_BUF: usize = 256 << 10;
+
+/// Answers `NBD_OPT_STARTTLS` after its ACK: runs the TLS handshake on the
+/// connection's socket (under the handshake deadline) and returns the
+/// reader and writer over TLS. Bytes the client sent right after the
+/// option, already read into `reader`'s buffer, are its first TLS bytes.
+fn start_tls(
+    tls: &TlsConfig,
+    reader: BufReader<ConnReader>,
+    writer: Stream,
+    peer: &str,
+) -> io::Result<(BufReader<ConnReader>, Stream)> {
+    let early = reader.buffer().to_vec();
+    let mut conn_reader = reader.into_inner();
+    let (Stream::Plain(mut write_socket), Stream::Plain(_)) = (writer, &conn_reader.stream) else {
+        return Err(io::Error::other("TLS is already running"));
+    };
+    let done = crate::tls::handshake(tls, &mut conn_reader, &mut write_socket, &early)?;
+    log::info!("{peer}: TLS established: {}", done.describe());
+    let Stream::Plain(read_socket) = conn_reader.stream else {
+        unreachable!("checked above");
+    };
+    let control = write_socket.try_clone()?;
+    let stream = TlsStream::new(done, read_socket, write_socket, control);
+    let reader = ConnReader {
+        stream: Stream::Tls(stream.clone()),
+        deadline: conn_reader.deadline,
+    };
+    Ok((
+        BufReader::with_capacity(HANDSHAKE_READ_BUF, reader),
+        Stream::Tls(stream),
+    ))
 }
 
 /// The read side of a connection. While `deadline` is set (during the

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use std::io::Cursor;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use tiercache_nbd::handshake::{negotiate, ExportEntry, HandshakeEnd, HandshakeParams};
+use tiercache_nbd::handshake::{negotiate, ExportEntry, HandshakeEnd, HandshakeParams, TlsPhase};
 use tiercache_nbd::proto::*;
 use tiercache_nbd::MemExport;
 
@@ -137,10 +137,11 @@ proptest! {
         prefix in proptest::collection::vec(arb_option(), 0..4),
         junk in proptest::collection::vec(any::<u8>(), 0..80),
         flags in 0u32..4,
+        tls in prop_oneof![Just(TlsPhase::Unavailable), Just(TlsPhase::Optional), Just(TlsPhase::Required), Just(TlsPhase::Active)],
     ) {
         let exports = vec![ExportEntry::new("x", Arc::new(MemExport::new(1 << 20)))];
         let stop = AtomicBool::new(false);
-        let p = HandshakeParams { exports: &exports, max_block: 1 << 20, shutting_down: &stop, max_options: 8 };
+        let p = HandshakeParams { exports: &exports, max_block: 1 << 20, shutting_down: &stop, max_options: 8, tls };
         let mut input = flags.to_be_bytes().to_vec();
         for o in &prefix { input.extend_from_slice(&o.encode()); }
         input.extend_from_slice(&junk);

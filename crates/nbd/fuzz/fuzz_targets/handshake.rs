@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use std::io::Cursor;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
-use tiercache_nbd::handshake::{negotiate, ExportEntry, HandshakeEnd, HandshakeParams};
+use tiercache_nbd::handshake::{negotiate, ExportEntry, HandshakeEnd, HandshakeParams, TlsPhase};
 use tiercache_nbd::proto;
 use tiercache_nbd::MemExport;
 
@@ -36,13 +36,21 @@ fuzz_target!(|data: &[u8]| {
     let _ = proto::parse_option_header(data);
     let _ = proto::parse_client_flags(data, proto::SERVER_HANDSHAKE_FLAGS);
 
-    // The negotiation state machine over the same bytes.
+    // The negotiation state machine over the same bytes, in a TLS phase
+    // picked by the input's length.
     let stop = AtomicBool::new(false);
+    let phases = [
+        TlsPhase::Unavailable,
+        TlsPhase::Optional,
+        TlsPhase::Required,
+        TlsPhase::Active,
+    ];
     let p = HandshakeParams {
         exports: exports(),
         max_block: 1 << 20,
         shutting_down: &stop,
         max_options: 64,
+        tls: phases[data.len() % phases.len()],
     };
     let mut out = Vec::new();
     if let Ok(HandshakeEnd::Transmission(n)) = negotiate(&mut Cursor::new(data), &mut out, &p) {

@@ -99,9 +99,10 @@ pub struct Reply {
     pub message: String,
 }
 
-/// A minimal blocking NBD client speaking the raw protocol.
-pub struct RawClient {
-    pub s: UnixStream,
+/// A minimal blocking NBD client speaking the raw protocol, over a Unix
+/// socket or any other byte stream (TCP, TLS).
+pub struct RawClient<S: Read + Write = UnixStream> {
+    pub s: S,
     pub structured: bool,
     pub size: u64,
     pub flags: u16,
@@ -112,18 +113,31 @@ pub struct RawClient {
 
 impl RawClient {
     pub fn connect(sock: &std::path::Path, structured: bool) -> RawClient {
-        let mut s = UnixStream::connect(sock).unwrap();
-        let mut greet = [0u8; 18];
-        s.read_exact(&mut greet).unwrap();
-        assert_eq!(&greet[..8], &proto::NBDMAGIC.to_be_bytes());
-        s.write_all(
-            &ClientFlags {
-                fixed_newstyle: true,
-                no_zeroes: true,
-            }
-            .encode(),
-        )
-        .unwrap();
+        let s = greet(UnixStream::connect(sock).unwrap());
+        RawClient::negotiate(s, structured)
+    }
+}
+
+/// Reads the server's greeting and sends the client flags.
+pub fn greet<S: Read + Write>(mut s: S) -> S {
+    let mut greet = [0u8; 18];
+    s.read_exact(&mut greet).unwrap();
+    assert_eq!(&greet[..8], &proto::NBDMAGIC.to_be_bytes());
+    s.write_all(
+        &ClientFlags {
+            fixed_newstyle: true,
+            no_zeroes: true,
+        }
+        .encode(),
+    )
+    .unwrap();
+    s
+}
+
+impl<S: Read + Write> RawClient<S> {
+    /// Option haggling on a greeted stream: structured replies if asked
+    /// for, then `NBD_OPT_GO` for the default export.
+    pub fn negotiate(s: S, structured: bool) -> RawClient<S> {
         let mut c = RawClient {
             s,
             structured: false,
@@ -250,7 +264,7 @@ impl RawClient {
     }
 }
 
-pub fn read_option_replies(s: &mut UnixStream) -> Vec<(u32, Vec<u8>)> {
+pub fn read_option_replies<S: Read>(s: &mut S) -> Vec<(u32, Vec<u8>)> {
     let mut out = Vec::new();
     loop {
         let mut h = [0u8; 20];
