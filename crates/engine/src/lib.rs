@@ -12,6 +12,7 @@
 //! slot being refilled, never data older than a completed write. See
 //! `locks.rs` and `slot_state.rs` for how.
 
+mod claims;
 mod cleaner;
 mod error;
 mod locks;
@@ -100,6 +101,8 @@ pub struct Engine {
     policy_name: String,
     locks: StripeLocks,
     slots: SlotStates,
+    /// Crash-survival state of clean claims (see `claims.rs`).
+    claims: claims::Claims,
     clock: Arc<dyn Clock>,
     io: IoCounters,
     cache_failure: Mutex<Option<String>>,
@@ -158,6 +161,7 @@ impl Engine {
             policy_name: format!("{}+{}", config.policy.replacement, config.policy.admission),
             locks: StripeLocks::new(),
             slots: SlotStates::new(capacity),
+            claims: claims::Claims::new(capacity),
             clock,
             io: IoCounters::default(),
             cache_failure: Mutex::new(None),
@@ -207,7 +211,8 @@ impl Engine {
     pub fn memory_bytes_per_block(&self) -> f64 {
         let d = self.director.lock();
         let r = d.replacement();
-        (r.memory_bytes() + self.slots.memory_bytes()) as f64 / r.capacity() as f64
+        (r.memory_bytes() + self.slots.memory_bytes() + self.claims.memory_bytes()) as f64
+            / r.capacity() as f64
     }
 
     /// Switches the cache mode online. Dirty blocks stay dirty and keep
@@ -350,14 +355,20 @@ impl Engine {
     /// Finishes the fill of slot `c` for block `b`: ready if the ticket is
     /// current, the slot still holds `b` and the fill worked; the promotion
     /// is undone if it failed. A stale ticket changes nothing.
-    fn end_fill(&self, b: u64, c: CacheBlock, ticket: FillTicket, ok: bool) {
+    /// `crc` is the crc32c of the data written (`None`: the fill failed).
+    fn end_fill(&self, b: u64, c: CacheBlock, ticket: FillTicket, crc: Option<u32>) {
         let mut d = self.director.lock();
         if self.slots.is_current(c, ticket) && d.replacement().lookup(OriginBlock(b)) == Some(c) {
-            if ok {
+            if let Some(crc) = crc {
                 self.slots.mark_ready(c, ticket);
                 if d.replacement().is_dirty(OriginBlock(b)) {
                     let e = self.dirty_entry(&d, OriginBlock(b));
                     self.record(c, Some(e));
+                } else {
+                    // Nothing wrote the slot since it was handed over (the
+                    // fill's generation bump): its generation is the fill's.
+                    let gen = claims::generation(self.claims.load(c));
+                    self.record_clean_claim(&d, OriginBlock(b), c, gen, crc);
                 }
             } else {
                 d.abort_promotion(OriginBlock(b));
@@ -376,7 +387,12 @@ impl Engine {
         if let Err(e) = &r {
             self.cache_error(e, true);
         }
-        self.end_fill(b, c, ticket, r.is_ok());
+        let crc = match (&r, self.persist.is_some()) {
+            (Ok(()), true) => Some(crc32c::crc32c(data)),
+            (Ok(()), false) => Some(0),
+            (Err(_), _) => None,
+        };
+        self.end_fill(b, c, ticket, crc);
         r
     }
 
@@ -403,6 +419,7 @@ impl Engine {
                     ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
                     ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
                     ReadPlan::Promote(ins) => {
+                        self.slot_dropped(ins.evicted, ins.cblock);
                         ReadStep::Promote(ins.cblock, self.slots.mark_filling(ins.cblock))
                     }
                 });
@@ -435,6 +452,7 @@ impl Engine {
                     } else {
                         if d.replacement().lookup(OriginBlock(b)) == Some(c) {
                             d.invalidate(OriginBlock(b));
+                            self.slot_dropped(Some(OriginBlock(b)), c);
                         }
                         *step = ReadStep::Backing;
                     }
@@ -495,7 +513,7 @@ impl Engine {
         if let Err(e) = self.backing.read_at(&mut tmp, full_start) {
             for (k, step) in steps.iter().enumerate() {
                 if let ReadStep::Promote(c, t) = *step {
-                    self.end_fill(b0 + k as u64, c, t, false);
+                    self.end_fill(b0 + k as u64, c, t, None);
                 }
             }
             return Err(self.backing_err(e, false));
@@ -544,21 +562,33 @@ impl Engine {
                 let (bs, be) = self.block_span(b);
                 let full = offset <= bs && offset + len >= be;
                 let was_dirty = d.replacement().is_dirty(OriginBlock(b));
+                let was_in = d.replacement().lookup(OriginBlock(b));
                 let step = match d.plan_write(&mut io, OriginBlock(b), full, now) {
-                    WritePlan::Backing => WriteStep {
-                        backing: true,
-                        cache: None,
-                        ticket: None,
-                        newly_dirty: false,
-                    },
+                    WritePlan::Backing => {
+                        if let Some(c) = was_in {
+                            // Passthrough dropped the clean cached copy.
+                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        }
+                        WriteStep {
+                            backing: true,
+                            cache: None,
+                            ticket: None,
+                            newly_dirty: false,
+                        }
+                    }
                     WritePlan::Through {
-                        cblock, allocated, ..
+                        cblock,
+                        allocated,
+                        evicted,
                     }
                     | WritePlan::Dirty {
-                        cblock, allocated, ..
+                        cblock,
+                        allocated,
+                        evicted,
                     } => {
                         let backing = !d.replacement().is_dirty(OriginBlock(b));
                         if allocated {
+                            self.slot_dropped(evicted, cblock);
                             WriteStep {
                                 backing,
                                 cache: Some(cblock),
@@ -580,6 +610,7 @@ impl Engine {
                                 "mapped slot of an exclusively locked block not ready"
                             );
                             d.invalidate(OriginBlock(b));
+                            self.slot_dropped(Some(OriginBlock(b)), cblock);
                             WriteStep {
                                 backing: true,
                                 cache: None,
@@ -595,7 +626,75 @@ impl Engine {
         }
 
         let mut first_error = None;
-        // 1. Backing writes, one IO per run of consecutive blocks.
+        // 1. Cache writes in place, into pinned slots, before the backing
+        //    device (rule 2 of claims.rs) and before any fill (this thread
+        //    never waits for a fill while holding pins).
+        let mut flush_before_backing = false;
+        for (k, step) in steps.iter_mut().enumerate() {
+            let (Some(c), None) = (step.cache, step.ticket) else {
+                continue;
+            };
+            let b = first + k as u64;
+            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let within = dev_off - b * self.block_size;
+            let prev = self.claims.bump(c);
+            let durable = prev & claims::DURABLE != 0;
+            let r = self
+                .cache
+                .write_at(&data[buf_off..buf_off + n], self.slot_offset(c) + within);
+            self.slots.unpin(c);
+            match r {
+                Ok(()) if step.newly_dirty => {
+                    let d = self.director.lock();
+                    if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                        let e = self.dirty_entry(&d, OriginBlock(b));
+                        self.record(c, Some(e));
+                    }
+                }
+                Ok(()) => {
+                    if durable && step.backing {
+                        flush_before_backing = true;
+                        // Withdraw the old claim, so later writes need no
+                        // flush; the block stays cached, unclaimed.
+                        let d = self.director.lock();
+                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                            self.record(c, None);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.cache_error(&e, true);
+                    if step.backing {
+                        // Writethrough: the backing device gets the data;
+                        // drop the now stale cached copy.
+                        let mut d = self.director.lock();
+                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                            d.invalidate(OriginBlock(b));
+                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        }
+                        step.cache = None;
+                    } else {
+                        first_error.get_or_insert(EngineError::CacheDirty {
+                            device: self.cache.describe(),
+                            source: e,
+                        });
+                    }
+                }
+            }
+        }
+        if flush_before_backing {
+            if let Err(e) = self.cache.flush() {
+                // Counted; the cache is taken out of use after repeated
+                // errors. A crash now could leave an old clean claim that
+                // still verifies: the price of a failing cache device.
+                self.cache_error(&e, true);
+            }
+        }
+        // 2. Backing writes, one IO per run of consecutive blocks, once no
+        //    block of the IO is a zombie (rule 3 of claims.rs).
+        if steps.iter().any(|s| s.backing) {
+            self.settle_zombies(blocks.clone())?;
+        }
         let mut i = 0;
         while i < steps.len() {
             if !steps[i].backing {
@@ -620,55 +719,18 @@ impl Engine {
                     let Some(c) = step.cache.take() else { continue };
                     let b = first + (i + k) as u64;
                     match step.ticket {
-                        Some(t) => self.end_fill(b, c, t, false),
+                        Some(t) => self.end_fill(b, c, t, None),
                         None => {
-                            self.slots.unpin(c);
                             let mut d = self.director.lock();
                             if d.replacement().lookup(OriginBlock(b)) == Some(c) {
                                 d.invalidate(OriginBlock(b));
+                                self.slot_dropped(Some(OriginBlock(b)), c);
                             }
                         }
                     }
                 }
             }
             i = j;
-        }
-        // 2. Cache writes in place, into pinned slots. These come before any
-        //    fill, so this thread never waits for a fill while holding pins.
-        for (k, step) in steps.iter().enumerate() {
-            let (Some(c), None) = (step.cache, step.ticket) else {
-                continue;
-            };
-            let b = first + k as u64;
-            let (dev_off, buf_off, n) = self.piece(b, offset, len);
-            let within = dev_off - b * self.block_size;
-            let r = self
-                .cache
-                .write_at(&data[buf_off..buf_off + n], self.slot_offset(c) + within);
-            self.slots.unpin(c);
-            if r.is_ok() && step.newly_dirty {
-                let d = self.director.lock();
-                if d.replacement().lookup(OriginBlock(b)) == Some(c) {
-                    let e = self.dirty_entry(&d, OriginBlock(b));
-                    self.record(c, Some(e));
-                }
-                continue;
-            }
-            let Err(e) = r else { continue };
-            self.cache_error(&e, true);
-            if step.backing {
-                // Writethrough: the backing device has the data; drop the
-                // now stale cached copy.
-                let mut d = self.director.lock();
-                if d.replacement().lookup(OriginBlock(b)) == Some(c) {
-                    d.invalidate(OriginBlock(b));
-                }
-            } else {
-                first_error.get_or_insert(EngineError::CacheDirty {
-                    device: self.cache.describe(),
-                    source: e,
-                });
-            }
         }
         // 3. Fills of newly allocated slots (the write covers each block).
         for (k, step) in steps.iter().enumerate() {
@@ -681,6 +743,7 @@ impl Engine {
             if self.fill(b, c, t, piece).is_err() && !step.backing {
                 // Writeback allocation failed (the promotion is undone): put
                 // the data on the backing device instead.
+                self.settle_zombies(b..b + 1)?;
                 if let Err(e) = self.backing.write_at(piece, dev_off) {
                     first_error.get_or_insert(self.backing_err(e, true));
                 }
@@ -731,6 +794,7 @@ impl Engine {
                 if offset <= bs && offset + len >= be {
                     let dirty = d.replacement().is_dirty(OriginBlock(b));
                     if let Some(c) = d.invalidate(OriginBlock(b)) {
+                        self.slot_dropped(Some(OriginBlock(b)), c);
                         if dirty {
                             // Withdraw the dirty claim; until that commits,
                             // a crash may bring back old data for a range
@@ -741,6 +805,7 @@ impl Engine {
                 }
             }
         }
+        self.settle_zombies(self.blocks_of(offset, len))?;
         match self.backing.discard(offset, len) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
@@ -841,6 +906,7 @@ impl Engine {
             }
         }
         // Write each contiguous stretch of successfully read blocks.
+        self.settle_zombies(b0..b1 + 1)?;
         let mut k = 0;
         while k < run.len() {
             if !read_ok[k] {
@@ -872,13 +938,26 @@ impl Engine {
                 .flush()
                 .map_err(|e| self.backing_err(e, true))?;
             if self.persist.is_some() {
-                // The dirty claims must be gone from disk before the blocks
-                // count as clean (and their slots may be reused).
+                // The dirty claims must be replaced on disk (by clean claims
+                // of the data written back) before the blocks count as clean
+                // and their slots may be reused. The stripe lock and the
+                // dirty state keep the slots unchanged meanwhile, so the
+                // claims cannot be dropped by the commit.
                 {
-                    let _d = self.director.lock();
-                    for (k, &(_, c)) in run.iter().enumerate() {
+                    let d = self.director.lock();
+                    for (k, &(o, c)) in run.iter().enumerate() {
                         if read_ok[k] {
-                            self.record(c, None);
+                            let (bs, be) = self.block_span(o.0);
+                            let crc = crc32c::crc32c(
+                                &tmp[(bs - full_start) as usize..(be - full_start) as usize],
+                            );
+                            let gen = claims::generation(self.claims.load(c));
+                            self.record_clean_claim(&d, o, c, gen, crc);
+                            if self.claims.load(c) & claims::CLAIMED == 0 {
+                                // Not claimable (cannot happen, see above):
+                                // withdraw the dirty claim instead.
+                                self.record(c, None);
+                            }
                         }
                     }
                 }

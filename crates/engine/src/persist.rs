@@ -2,27 +2,26 @@
 //! `tiercache-metadata`.
 //!
 //! What is durable, and when (the invariant everything below keeps):
-//! **while the engine runs, the only durable claims are dirty ones.** A
-//! claim "slot c holds block b, dirty" is committed (after the cache data is
-//! flushed) at every client FLUSH/FUA, every second, and by the cleaner; it
-//! is authoritative after a crash. A dirty claim is only withdrawn (a
-//! committed "slot c is free") *before* the block is marked clean in memory,
-//! so a slot is never refilled while the disk still says it holds dirty data.
-//! Clean blocks are never claimed while running, so writes to them and reuse
-//! of their slots need no ordering at all.
+//! **a durable dirty claim is always true, and a durable clean claim is
+//! true or fails its crc.** A claim "slot c holds block b, dirty" is
+//! committed (after the cache data is flushed) at every client FLUSH/FUA,
+//! every second, and by the cleaner; it is authoritative after a crash. A
+//! dirty claim is only replaced (by a committed clean claim or "slot c is
+//! free") *before* the block is marked clean in memory, so a slot is never
+//! refilled while the disk still says it holds dirty data.
 //!
+//! Clean blocks are claimed too, with a crc32c of the slot content (see
+//! `claims.rs` for the rules that keep such a claim true). After a crash,
+//! dirty claims come back as they are (and the cleaner writes them back in
+//! time); clean claims come back if the slot still matches their crc.
 //! A clean shutdown writes the whole mapping (clean blocks and policy hints
-//! too) with the clean-shutdown flag: the next start is warm. Opening then
-//! withdraws the clean claims (one commit) before any IO, restoring the
-//! invariant. After a crash, the dirty blocks come back (and are written
-//! back by the cleaner in time); clean blocks warm up again.
-//! docs/ARCHITECTURE.md describes the next step, clean claims that survive
-//! a crash.
+//! too) with the clean-shutdown flag: the next start is warm without
+//! reading anything.
 
-use crate::{Engine, EngineConfig, EngineError, Result};
+use crate::{claims, Engine, EngineConfig, EngineError, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use tiercache_device::BlockDevice;
+use tiercache_device::{AlignedBuf, BlockDevice};
 use tiercache_metadata::{BackingIdentity, Entry, FormatParams, MetadataStore};
 use tiercache_policy::PolicyConfig;
 use tiercache_types::{CacheBlock, CacheMode, Clock, OriginBlock};
@@ -33,8 +32,19 @@ pub(crate) struct Persistence {
     store: Mutex<Option<MetadataStore>>,
     /// Records not yet handed to the store, in order. Taken under the
     /// director's lock so their order is the order of the changes.
-    pending: Mutex<Vec<(u32, Option<Entry>)>>,
+    pending: Mutex<Vec<Pending>>,
     backing_path: String,
+}
+
+/// A record waiting for the next commit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    slot: u32,
+    entry: Option<Entry>,
+    /// For a clean claim with a crc: the slot generation it describes.
+    claim_gen: Option<u32>,
+    /// For "slot free" records that end a zombie: the zombie block.
+    zombie: Option<u64>,
 }
 
 /// What opening an existing cache found.
@@ -43,6 +53,11 @@ pub struct OpenReport {
     pub was_clean_shutdown: bool,
     pub restored_blocks: u64,
     pub restored_dirty: u64,
+    /// Clean blocks whose crc was checked against the slot (after a crash).
+    pub verified_clean: u64,
+    /// Clean claims dropped after a crash: crc mismatch, no crc, or two
+    /// claims for one block.
+    pub dropped_clean: u64,
     /// The cache had been detached: it starts empty.
     pub was_detached: bool,
     pub journal_records_replayed: u64,
@@ -152,27 +167,72 @@ impl Engine {
             was_clean_shutdown: rec.was_clean_shutdown,
             restored_blocks: 0,
             restored_dirty: 0,
+            verified_clean: 0,
+            dropped_clean: 0,
             was_detached: sb.detached,
             journal_records_replayed: rec.journal_records_replayed,
             warnings: rec.warnings.clone(),
         };
-        // Withdraw every clean claim (and, after a detach, everything),
-        // keeping the blocks in memory: see the module comment.
+        // Which entries to keep. After a detach: none. After a clean
+        // shutdown: all. After a crash: dirty ones, and clean ones whose
+        // crc matches the slot; of several claims for one block, the dirty
+        // one (there is at most one), else none.
+        let mut keep: Vec<Option<Entry>> = rec.mapping.clone();
         let mut withdraw = 0u64;
+        if sb.detached {
+            for (slot, e) in rec.mapping.iter().enumerate() {
+                let Some(e) = e else { continue };
+                if e.dirty {
+                    return Err(EngineError::Config(format!(
+                        "the cache is marked detached but slot {slot} holds dirty data; run `tiercache check --repair`"
+                    )));
+                }
+                keep[slot] = None;
+            }
+        } else if !rec.was_clean_shutdown {
+            let mut claims_of: std::collections::HashMap<u64, Vec<usize>> =
+                std::collections::HashMap::new();
+            for (slot, e) in rec.mapping.iter().enumerate() {
+                if let Some(e) = e {
+                    claims_of.entry(e.oblock).or_default().push(slot);
+                }
+            }
+            for slots in claims_of.values().filter(|v| v.len() > 1) {
+                let dirty: Vec<usize> = slots
+                    .iter()
+                    .copied()
+                    .filter(|&s| keep[s].is_some_and(|e| e.dirty))
+                    .collect();
+                if dirty.len() > 1 {
+                    return Err(EngineError::Config(format!(
+                        "slots {dirty:?} all hold dirty data for the same block; run `tiercache check`"
+                    )));
+                }
+                for &s in slots {
+                    if !keep[s].is_some_and(|e| e.dirty) {
+                        keep[s] = None;
+                    }
+                }
+            }
+            for e in keep.iter_mut() {
+                if e.is_some_and(|e| !e.dirty && e.crc.is_none()) {
+                    *e = None;
+                }
+            }
+            report.verified_clean = engine.verify_clean_claims(&mut keep)?;
+        }
         {
             let mut d = engine.director.lock();
             for (slot, entry) in rec.mapping.iter().enumerate() {
-                let Some(e) = entry else { continue };
-                if sb.detached {
-                    if e.dirty {
-                        return Err(EngineError::Config(format!(
-                            "the cache is marked detached but slot {slot} holds dirty data; run `tiercache check --repair`"
-                        )));
+                let Some(_) = entry else { continue };
+                let Some(e) = keep[slot] else {
+                    if !entry.is_some_and(|e| e.dirty) && !sb.detached {
+                        report.dropped_clean += 1;
                     }
                     store.record(slot as u32, None)?;
                     withdraw += 1;
                     continue;
-                }
+                };
                 let hint = if hints_valid { e.hint } else { 0 };
                 let ok = d.replacement_mut().restore(
                     OriginBlock(e.oblock),
@@ -189,9 +249,8 @@ impl Engine {
                 report.restored_blocks += 1;
                 if e.dirty {
                     report.restored_dirty += 1;
-                } else {
-                    store.record(slot as u32, None)?;
-                    withdraw += 1;
+                } else if e.crc.is_some() {
+                    engine.claims.set_restored(CacheBlock(slot as u32));
                 }
             }
         }
@@ -223,9 +282,82 @@ impl Engine {
     /// Buffers a metadata record. Call with the director's lock held, so
     /// records are ordered like the changes they describe.
     pub(crate) fn record(&self, c: CacheBlock, entry: Option<Entry>) {
-        if let Some(p) = &self.persist {
-            p.pending.lock().push((c.0, entry));
+        self.push_pending(Pending {
+            slot: c.0,
+            entry,
+            claim_gen: None,
+            zombie: None,
+        });
+    }
+
+    fn push_pending(&self, p: Pending) {
+        if let Some(persist) = &self.persist {
+            persist.pending.lock().push(p);
         }
+    }
+
+    /// Claims slot `c` for clean block `b` whose content of generation
+    /// `gen` has crc `crc` (see `claims.rs`). Does nothing if the slot
+    /// changed since. Call with the director's lock held.
+    pub(crate) fn record_clean_claim(
+        &self,
+        d: &tiercache_policy::Director,
+        b: OriginBlock,
+        c: CacheBlock,
+        gen: u32,
+        crc: u32,
+    ) {
+        if self.persist.is_none() || !self.claims.set_claimed(c, gen) {
+            return;
+        }
+        self.push_pending(Pending {
+            slot: c.0,
+            entry: Some(Entry {
+                oblock: b.0,
+                dirty: false,
+                hint: d.replacement().hint(b),
+                crc: Some(crc),
+            }),
+            claim_gen: Some(gen),
+            zombie: None,
+        });
+    }
+
+    /// Block `b` (`None`: nothing) left slot `c`, by eviction or
+    /// invalidation, or the free slot `c` is being handed out: moves the
+    /// slot's generation on and, if a clean claim may be durable there,
+    /// withdraws it, with `b` a zombie until that commits. Call with the
+    /// director's lock held, in the critical section of the mapping change.
+    pub(crate) fn slot_dropped(&self, b: Option<OriginBlock>, c: CacheBlock) {
+        let prev = self.claims.bump(c);
+        if prev & claims::DURABLE != 0 && self.persist.is_some() {
+            if let Some(b) = b {
+                self.claims.add_zombie(b.0, c.0);
+            }
+            self.push_pending(Pending {
+                slot: c.0,
+                entry: None,
+                claim_gen: None,
+                zombie: b.map(|b| b.0),
+            });
+        }
+    }
+
+    /// Before writing `blocks` on the backing device: commits while any of
+    /// them is a zombie (rule 3 in `claims.rs`).
+    pub(crate) fn settle_zombies(&self, blocks: std::ops::Range<u64>) -> Result<()> {
+        let mut tries = 0;
+        while self.claims.any_zombie(blocks.clone()) {
+            self.commit_inner(false)?;
+            tries += 1;
+            if tries > 3 {
+                // Commits are serialised: after one that started after the
+                // zombie's record was buffered, it is gone. Yield to the
+                // commit in flight.
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
     }
 
     /// The record for a block that just became dirty in slot `c`.
@@ -234,7 +366,47 @@ impl Engine {
             oblock: b.0,
             dirty: true,
             hint: d.replacement().hint(b),
+            crc: None,
         }
+    }
+
+    /// After a crash: reads every slot with a clean claim and drops (sets
+    /// to `None`) those whose content no longer matches the crc. Reads runs
+    /// of neighbouring slots as one IO. Returns how many were checked.
+    fn verify_clean_claims(&self, keep: &mut [Option<Entry>]) -> Result<u64> {
+        const MAX_RUN_BYTES: u64 = 4 << 20;
+        let bs = self.block_size;
+        let max_run = (MAX_RUN_BYTES / bs).max(1) as usize;
+        let candidates: Vec<usize> = (0..keep.len())
+            .filter(|&s| keep[s].is_some_and(|e| !e.dirty && e.crc.is_some()))
+            .collect();
+        let mut buf = AlignedBuf::new((max_run as u64 * bs) as usize);
+        let mut i = 0;
+        while i < candidates.len() {
+            let mut j = i + 1;
+            while j < candidates.len() && j - i < max_run && candidates[j] == candidates[j - 1] + 1
+            {
+                j += 1;
+            }
+            let first = candidates[i];
+            let n = (j - i) as u64 * bs;
+            let off = self.slot_offset(CacheBlock(first as u32));
+            let n = n.min(self.cache.size().saturating_sub(off));
+            let read = self.cache.read_at(&mut buf[..n as usize], off);
+            for &slot in &candidates[i..j] {
+                let e = keep[slot].expect("candidate");
+                let (s, end) = self.block_span(e.oblock);
+                let at = (slot - first) as u64 * bs;
+                let ok = read.is_ok()
+                    && at + (end - s) <= n
+                    && Some(crc32c::crc32c(&buf[at as usize..(at + end - s) as usize])) == e.crc;
+                if !ok {
+                    keep[slot] = None;
+                }
+            }
+            i = j;
+        }
+        Ok(candidates.len() as u64)
     }
 
     /// Makes every buffered record durable: flushes the cache device (the
@@ -256,26 +428,65 @@ impl Engine {
         };
         // Take the records first: only data written before they were made
         // is covered by the flush below.
-        let batch = std::mem::take(&mut *p.pending.lock());
+        let mut batch = std::mem::take(&mut *p.pending.lock());
         if batch.is_empty() && !always_flush {
             return Ok(());
+        }
+        // Rule 1 of claims.rs: announce the clean claims (DURABLE) before
+        // the flush, then drop those whose slot changed.
+        let mut has_claims = false;
+        for r in batch.iter().filter(|r| r.claim_gen.is_some()) {
+            self.claims.set_durable(r.slot);
+            has_claims = true;
         }
         let r = (|| {
             self.flush_cache_device()?;
             if batch.is_empty() {
                 return Ok(());
             }
-            for &(slot, entry) in &batch {
-                store.record(slot, entry)?;
+            if has_claims {
+                // A clean claim says the backing device holds this data.
+                self.backing
+                    .flush()
+                    .map_err(|e| self.backing_err(e, true))?;
+            }
+            for r in batch.iter_mut() {
+                if let Some(gen) = r.claim_gen {
+                    if claims::generation(self.claims.load(CacheBlock(r.slot))) != gen {
+                        r.entry = None;
+                        r.claim_gen = None;
+                    }
+                }
+            }
+            for r in &batch {
+                store.record(r.slot, r.entry)?;
             }
             store.commit()?;
             Ok(())
         })();
-        if r.is_err() {
-            // Keep the records (in front of newer ones) for the next try.
-            let mut pending = p.pending.lock();
-            let newer = std::mem::replace(&mut *pending, batch);
-            pending.extend(newer);
+        match &r {
+            Ok(()) => {
+                let mut last: std::collections::HashMap<u32, bool> =
+                    std::collections::HashMap::new();
+                for r in &batch {
+                    last.insert(r.slot, r.claim_gen.is_some());
+                    if let Some(b) = r.zombie {
+                        self.claims.remove_zombie(b, r.slot);
+                    }
+                }
+                for (slot, clean_claim) in last {
+                    if !clean_claim {
+                        self.claims.clear_durable(slot);
+                    }
+                }
+            }
+            Err(_) => {
+                // Keep the records (in front of newer ones) for the next
+                // try; DURABLE stays set, which is only cautious.
+                let mut pending = p.pending.lock();
+                let newer = std::mem::replace(&mut *pending, batch);
+                pending.extend(newer);
+            }
         }
         r
     }
@@ -307,6 +518,11 @@ impl Engine {
     /// starts cold (the backing device may be used alone meanwhile).
     /// Afterwards the engine must not serve IO.
     pub fn shutdown(&self, detach: bool) -> Result<()> {
+        // Commit what is buffered first: the clean claims' crcs then sit in
+        // the store, ready to go into the final mapping.
+        if self.persist.is_some() {
+            self.commit_inner(true)?;
+        }
         self.cache.flush().map_err(|e| EngineError::CacheDirty {
             device: self.cache.describe(),
             source: e,
@@ -333,10 +549,21 @@ impl Engine {
             if !detach {
                 let r = d.replacement();
                 r.for_each_resident(&mut |o, c, dirty| {
+                    // The committed claim's crc, if it describes the slot's
+                    // current content.
+                    let crc = if dirty || self.claims.load(c) & claims::CLAIMED == 0 {
+                        None
+                    } else {
+                        store
+                            .entry(c.0)
+                            .filter(|e| e.oblock == o.0 && !e.dirty)
+                            .and_then(|e| e.crc)
+                    };
                     mapping[c.index()] = Some(Entry {
                         oblock: o.0,
                         dirty,
                         hint: r.hint(o),
+                        crc,
                     });
                 });
             }

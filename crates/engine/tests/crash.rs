@@ -5,7 +5,9 @@
 //! - every write acknowledged before the last acknowledged FLUSH (or with
 //!   FUA) reads back, or a later write to the same sector does;
 //! - nothing reads back that was never written;
-//! - a reopened cache serves hits at once (dirty blocks come back).
+//! - a reopened cache serves hits at once (dirty blocks come back, clean
+//!   ones whose claim still verifies too);
+//! - and all of it again after a second crash of the reopened engine.
 
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -95,9 +97,7 @@ fn open(dev: &Devices, clock: &Arc<ManualClock>) -> Engine {
 
 fn run(
     policy: (ReplacementKind, AdmissionKind),
-    ops: Vec<Op>,
-    crash_at: usize,
-    keep_seed: Option<u64>,
+    epochs: Vec<(Vec<Op>, usize, Option<u64>)>,
 ) -> Result<(), TestCaseError> {
     let dev = Devices {
         backing: Arc::new(CrashDevice::new(BACKING_SECTORS * SECTOR)),
@@ -126,100 +126,118 @@ fn run(
     .unwrap();
     let mut model = vec![SectorModel::default(); BACKING_SECTORS as usize];
     let mut seq = 1u64;
-    for (i, op) in ops.into_iter().enumerate() {
-        if i == crash_at {
-            break;
-        }
-        clock.advance(1_000_000);
-        match op {
-            Op::Write {
-                sector,
-                sectors,
-                fua,
-            } => {
-                let mut buf = vec![0u8; (sectors * SECTOR) as usize];
-                for k in 0..sectors {
-                    tag(
-                        sector + k,
-                        seq,
-                        &mut buf[(k * SECTOR) as usize..((k + 1) * SECTOR) as usize],
-                    );
-                    model[(sector + k) as usize].since.push(seq);
-                }
-                engine.write(sector * SECTOR, &buf, fua).unwrap();
-                if fua {
+    let mut engine = engine;
+    let epoch_count = epochs.len();
+    for (epoch, (ops, crash_at, keep_seed)) in epochs.into_iter().enumerate() {
+        for (i, op) in ops.into_iter().enumerate() {
+            if i == crash_at {
+                break;
+            }
+            clock.advance(1_000_000);
+            match op {
+                Op::Write {
+                    sector,
+                    sectors,
+                    fua,
+                } => {
+                    let mut buf = vec![0u8; (sectors * SECTOR) as usize];
                     for k in 0..sectors {
-                        let m = &mut model[(sector + k) as usize];
-                        m.flushed = seq;
+                        tag(
+                            sector + k,
+                            seq,
+                            &mut buf[(k * SECTOR) as usize..((k + 1) * SECTOR) as usize],
+                        );
+                        model[(sector + k) as usize].since.push(seq);
+                    }
+                    engine.write(sector * SECTOR, &buf, fua).unwrap();
+                    if fua {
+                        for k in 0..sectors {
+                            let m = &mut model[(sector + k) as usize];
+                            m.flushed = seq;
+                            m.since.clear();
+                        }
+                    }
+                    seq += 1;
+                }
+                Op::Read { sector, sectors } => {
+                    let mut buf = vec![0u8; (sectors * SECTOR) as usize];
+                    engine.read(sector * SECTOR, &mut buf).unwrap();
+                }
+                Op::Flush => {
+                    engine.flush().unwrap();
+                    for m in &mut model {
+                        if let Some(&last) = m.since.last() {
+                            m.flushed = last;
+                        }
                         m.since.clear();
                     }
                 }
-                seq += 1;
-            }
-            Op::Read { sector, sectors } => {
-                let mut buf = vec![0u8; (sectors * SECTOR) as usize];
-                engine.read(sector * SECTOR, &mut buf).unwrap();
-            }
-            Op::Flush => {
-                engine.flush().unwrap();
-                for m in &mut model {
-                    if let Some(&last) = m.since.last() {
-                        m.flushed = last;
-                    }
-                    m.since.clear();
+                Op::Clean(n) => {
+                    engine.clean(n).unwrap();
                 }
+                Op::SetMode(m) => engine.set_mode(m).unwrap(),
             }
-            Op::Clean(n) => {
-                engine.clean(n).unwrap();
+        }
+        let dirty_before = engine.dirty_blocks();
+        drop(engine);
+        match keep_seed {
+            Some(s) => {
+                dev.cache.crash_keep_random(s);
+                dev.backing.crash_keep_random(s ^ 0xABCD);
             }
-            Op::SetMode(m) => engine.set_mode(m).unwrap(),
+            None => {
+                dev.cache.crash();
+                dev.backing.crash();
+            }
         }
+        engine = open(&dev, &clock);
+        let check = |engine: &Engine, what: &str| -> Result<(), TestCaseError> {
+            let mut all = vec![0u8; (BACKING_SECTORS * SECTOR) as usize];
+            engine.read(0, &mut all).unwrap();
+            for s in 0..BACKING_SECTORS {
+                let data = &all[(s * SECTOR) as usize..((s + 1) * SECTOR) as usize];
+                let got = decode(s, data);
+                prop_assert!(got.is_some(), "{what}: sector {s} holds data never written");
+                let got = got.unwrap();
+                let m = &model[s as usize];
+                prop_assert!(
+                    got == m.flushed || m.since.contains(&got),
+                    "{what}: sector {s} holds seq {got}; flushed {} then {:?}",
+                    m.flushed,
+                    m.since
+                );
+            }
+            Ok(())
+        };
+        check(&engine, &format!("after crash {epoch}"))?;
+        if epoch + 1 < epoch_count {
+            // What came back is now the durable state: later reads must agree
+            // with it (or with later writes), whether they hit or miss.
+            let mut all = vec![0u8; (BACKING_SECTORS * SECTOR) as usize];
+            engine.read(0, &mut all).unwrap();
+            for s in 0..BACKING_SECTORS {
+                let data = &all[(s * SECTOR) as usize..((s + 1) * SECTOR) as usize];
+                let m = &mut model[s as usize];
+                m.flushed = decode(s, data).unwrap();
+                m.since.clear();
+            }
+            continue;
+        }
+        // The cleaner writes back what came back dirty; the backing device then
+        // agrees with what the engine served.
+        engine.drain(|_, _| {}).unwrap();
+        check(&engine, "after drain")?;
+        prop_assert!(engine.dirty_blocks() == 0);
+        let _ = dirty_before;
+        // A clean stop and restart is warm: blocks come back.
+        let resident = engine.stats().decisions.resident;
+        engine.shutdown(false).unwrap();
+        drop(engine);
+        let engine = open(&dev, &clock);
+        prop_assert_eq!(engine.stats().decisions.resident, resident);
+        check(&engine, "after clean restart")?;
+        break;
     }
-    let dirty_before = engine.dirty_blocks();
-    drop(engine);
-    match keep_seed {
-        Some(s) => {
-            dev.cache.crash_keep_random(s);
-            dev.backing.crash_keep_random(s ^ 0xABCD);
-        }
-        None => {
-            dev.cache.crash();
-            dev.backing.crash();
-        }
-    }
-    let engine = open(&dev, &clock);
-    let check = |engine: &Engine, what: &str| -> Result<(), TestCaseError> {
-        let mut all = vec![0u8; (BACKING_SECTORS * SECTOR) as usize];
-        engine.read(0, &mut all).unwrap();
-        for s in 0..BACKING_SECTORS {
-            let data = &all[(s * SECTOR) as usize..((s + 1) * SECTOR) as usize];
-            let got = decode(s, data);
-            prop_assert!(got.is_some(), "{what}: sector {s} holds data never written");
-            let got = got.unwrap();
-            let m = &model[s as usize];
-            prop_assert!(
-                got == m.flushed || m.since.contains(&got),
-                "{what}: sector {s} holds seq {got}; flushed {} then {:?}",
-                m.flushed,
-                m.since
-            );
-        }
-        Ok(())
-    };
-    check(&engine, "after crash")?;
-    // The cleaner writes back what came back dirty; the backing device then
-    // agrees with what the engine served.
-    engine.drain(|_, _| {}).unwrap();
-    check(&engine, "after drain")?;
-    prop_assert!(engine.dirty_blocks() == 0);
-    let _ = dirty_before;
-    // A clean stop and restart is warm: blocks come back.
-    let resident = engine.stats().decisions.resident;
-    engine.shutdown(false).unwrap();
-    drop(engine);
-    let engine = open(&dev, &clock);
-    prop_assert_eq!(engine.stats().decisions.resident, resident);
-    check(&engine, "after clean restart")?;
     Ok(())
 }
 
@@ -234,11 +252,16 @@ proptest! {
             (ReplacementKind::S3Fifo, AdmissionKind::Always),
             (ReplacementKind::Arc, AdmissionKind::NHit),
         ]),
-        ops in proptest::collection::vec(op(), 1..150),
-        crash_at in 0usize..150,
-        keep in proptest::option::of(any::<u64>()),
+        epochs in proptest::collection::vec(
+            (
+                proptest::collection::vec(op(), 1..120),
+                0usize..120,
+                proptest::option::of(any::<u64>()),
+            ),
+            1..=3,
+        ),
     ) {
-        run(policy, ops, crash_at, keep)?;
+        run(policy, epochs)?;
     }
 }
 
