@@ -411,6 +411,8 @@ struct Inner {
     active: Mutex<Counts>,
     active_cv: Condvar,
     refused: AtomicU64,
+    /// The last connection id handed out.
+    next_id: AtomicU64,
 }
 
 struct ConnEntry {
@@ -539,6 +541,7 @@ impl Server {
                 active: Mutex::new(Counts::default()),
                 active_cv: Condvar::new(),
                 refused: AtomicU64::new(0),
+                next_id: AtomicU64::new(0),
             }),
         })
     }
@@ -574,7 +577,6 @@ impl Server {
         let inner = &self.inner;
         inner.wake.lock().extend(listener.wake_target());
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
-        let mut next_id = 0u64;
         let mut accept_errors = 0u64;
         while !inner.stop.load(Ordering::SeqCst) {
             let (stream, peer) = match listener.accept() {
@@ -601,8 +603,8 @@ impl Server {
                 break;
             }
             threads.retain(|t| !t.is_finished());
-            next_id += 1;
-            let id = next_id;
+            // Ids are unique across the listeners `serve` runs on.
+            let id = inner.next_id.fetch_add(1, Ordering::Relaxed) + 1;
             let handle = match stream.try_clone() {
                 Ok(s) => s,
                 Err(e) => {
