@@ -5,6 +5,7 @@ mod devices;
 mod export;
 mod serve;
 mod sim;
+mod ublk;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -179,6 +180,19 @@ struct ServeArgs {
     /// yet (as `tiercache create` would). Never formats a device that does.
     #[arg(long)]
     create: bool,
+    /// Serve as a Linux block device, /dev/ublkbN, through the kernel's
+    /// ublk driver (Linux >= 6.0, root) instead of over NBD.
+    #[arg(long)]
+    ublk: bool,
+    /// ublk hardware queues (default: the CPUs, at most 4).
+    #[arg(long, value_name = "N")]
+    ublk_queues: Option<u16>,
+    /// ublk requests in flight per queue (default 64).
+    #[arg(long, value_name = "D")]
+    ublk_depth: Option<u16>,
+    /// The N of /dev/ublkbN (default: the kernel picks one).
+    #[arg(long, value_name = "N")]
+    ublk_id: Option<u32>,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -201,6 +215,10 @@ struct ServeFile {
     socket: Option<PathBuf>,
     listen: Option<String>,
     control: Option<PathBuf>,
+    ublk: Option<bool>,
+    ublk_queues: Option<u16>,
+    ublk_depth: Option<u16>,
+    ublk_id: Option<u32>,
 }
 
 /// Fully resolved `serve` settings.
@@ -221,6 +239,8 @@ pub struct ServeSettings {
     pub listen: Option<String>,
     pub control: PathBuf,
     pub create: bool,
+    /// Serve over ublk instead of NBD.
+    pub ublk: Option<ublk::UblkSettings>,
 }
 
 impl ServeArgs {
@@ -270,6 +290,10 @@ impl ServeArgs {
             || file.policy.is_some()
             || self.admission.is_some()
             || file.admission.is_some();
+        let ublk = self.ublk || file.ublk.unwrap_or(false);
+        if !ublk && (self.ublk_queues.or(self.ublk_depth).is_some() || self.ublk_id.is_some()) {
+            bail!("--ublk-queues, --ublk-depth and --ublk-id go with --ublk");
+        }
         Ok(ServeSettings {
             backing,
             cache,
@@ -292,6 +316,11 @@ impl ServeArgs {
             listen: self.listen.or(file.listen),
             control,
             create: self.create,
+            ublk: ublk.then(|| ublk::UblkSettings {
+                queues: self.ublk_queues.or(file.ublk_queues),
+                depth: self.ublk_depth.or(file.ublk_depth),
+                id: self.ublk_id.or(file.ublk_id),
+            }),
         })
     }
 }

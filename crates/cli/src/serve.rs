@@ -9,10 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tiercache_engine::{Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions};
-use tiercache_nbd::{Listener, Server, ServerConfig};
+use tiercache_nbd::{Listener, RunningServer, Server, ServerConfig};
 use tiercache_types::MonotonicClock;
 
 pub fn run(s: &ServeSettings) -> Result<()> {
+    if s.ublk.is_some() {
+        crate::ublk::check_available()?;
+    }
     let backing = crate::devices::open(&s.backing).context("backing device")?;
     let rotational = s.backing.starts_with("hdd:");
     let Some(cache_spec) = &s.cache else {
@@ -109,16 +112,13 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         },
     );
 
-    let listener = bind_nbd(s)?;
-    let nbd = Server::single(
-        &s.name,
+    let front = FrontEnd::start(
+        s,
         Arc::new(EngineExport {
             engine: engine.clone(),
             rotational,
         }),
-        ServerConfig::default(),
     )?;
-    let running = nbd.spawn(listener)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -135,13 +135,13 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             on_detach: Box::new(move || stop2.store(true, Ordering::SeqCst)),
         }),
     );
-    announce(s);
+    announce(s, &front);
 
-    while !stop.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) && !front.has_exited() {
         std::thread::sleep(Duration::from_millis(100));
     }
     log::info!("stopping: finishing in-flight requests");
-    running.shutdown().context("stopping the NBD server")?;
+    front.stop()?;
     cleaner.stop();
     let detach = detached.load(Ordering::SeqCst);
     if !engine.is_persistent() && engine.dirty_blocks() > 0 {
@@ -183,22 +183,19 @@ fn run_uncached(
         device.describe(),
         device.size()
     );
-    let listener = bind_nbd(s)?;
-    let nbd = Server::single(
-        &s.name,
+    let front = FrontEnd::start(
+        s,
         Arc::new(crate::export::DeviceExport { device, rotational }),
-        ServerConfig::default(),
     )?;
-    let running = nbd.spawn(listener)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    announce(s);
-    while !stop.load(Ordering::SeqCst) {
+    announce(s, &front);
+    while !stop.load(Ordering::SeqCst) && !front.has_exited() {
         std::thread::sleep(Duration::from_millis(100));
     }
-    running.shutdown().context("stopping the NBD server")?;
+    front.stop()?;
     println!("tiercache: stopped");
     Ok(())
 }
@@ -223,7 +220,48 @@ fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
     })
 }
 
-fn announce(s: &ServeSettings) {
+/// What serves the export: the NBD server, or a ublk device (`--ublk`).
+enum FrontEnd {
+    Nbd(RunningServer),
+    Ublk(crate::ublk::UblkFrontEnd),
+}
+
+impl FrontEnd {
+    fn start(s: &ServeSettings, export: Arc<dyn tiercache_nbd::Export>) -> Result<FrontEnd> {
+        if let Some(u) = &s.ublk {
+            return Ok(FrontEnd::Ublk(crate::ublk::start(u, export)?));
+        }
+        let listener = bind_nbd(s)?;
+        let nbd = Server::single(&s.name, export, ServerConfig::default())?;
+        Ok(FrontEnd::Nbd(nbd.spawn(listener)?))
+    }
+
+    /// The ublk device went away by itself (deleted from outside).
+    fn has_exited(&self) -> bool {
+        match self {
+            FrontEnd::Nbd(_) => false,
+            FrontEnd::Ublk(u) => u.has_exited(),
+        }
+    }
+
+    /// Stops serving; requests in flight finish first.
+    fn stop(self) -> Result<()> {
+        match self {
+            FrontEnd::Nbd(running) => running.shutdown().context("stopping the NBD server"),
+            FrontEnd::Ublk(u) => u.stop(),
+        }
+    }
+}
+
+fn announce(s: &ServeSettings, front: &FrontEnd) {
+    if let FrontEnd::Ublk(u) = front {
+        println!(
+            "tiercache: serving {}  (control: {})",
+            u.device_path().display(),
+            s.control.display()
+        );
+        return;
+    }
     match &s.listen {
         Some(addr) => println!("tiercache: serving nbd://{addr}/{}", s.name),
         None => println!(

@@ -228,7 +228,10 @@ impl UblkServer {
 
     /// Stops and deletes the device: the kernel fails new IO, requests in
     /// flight finish (their export calls complete), the queue threads exit,
-    /// then the worker threads. Returns once `/dev/ublkbN` is gone.
+    /// then the worker threads. When it returns the export gets no more
+    /// calls. `/dev/ublkbN` disappears at once unless something still has
+    /// it open (then when that closes it; on kernels before 6.9 this waits
+    /// for that).
     pub fn stop(mut self) -> Result<(), String> {
         self.shutdown()
     }
@@ -245,8 +248,20 @@ impl UblkServer {
             Ok(r) => r,
             Err(_) => Err("a ublk queue thread panicked".to_string()),
         };
-        if let Err(e) = self.ctrl.del_dev() {
-            log::debug!("ublk{}: delete: {}", self.dev_id, describe(&e));
+        // DEL_DEV waits until nobody has /dev/ublkbN open any more (a
+        // mounted file system, a process holding it): that must not keep
+        // the caller from shutting the export down. DEL_DEV_ASYNC (Linux
+        // 6.9) returns at once and the kernel frees the device with its
+        // last user; older kernels get the waiting kind.
+        if let Err(e) = self.ctrl.del_dev_async() {
+            log::debug!(
+                "ublk{}: asynchronous delete: {}; deleting synchronously",
+                self.dev_id,
+                describe(&e)
+            );
+            if let Err(e) = self.ctrl.del_dev() {
+                log::debug!("ublk{}: delete: {}", self.dev_id, describe(&e));
+            }
         }
         if let Some(pool) = self.pool.take() {
             pool.shutdown();

@@ -1,0 +1,98 @@
+# Guest test: tiercache served as /dev/ublkb0 (`tiercache serve --ublk`,
+# the kernel's ublk_drv). Disks: hdd (backing), ssd (cache). Two boots (the
+# second after a crash). The shared tests (cache-tests.sh: ext4 + restart,
+# fio verify, crash recovery) run first; boot 2 then adds the ublk-specific
+# ones: several queues under several fio jobs (crc32c verify, writeback),
+# write-zeroes and discard through the device, the device's limits, and
+# SIGTERM while the device is open.
+# Skips (exit 77) when the binary has no ublk front end (built without the
+# cargo feature `ublk`, on by default).
+# Run it alone with:
+#   vmlab/run.sh --disk hdd=1G,iops=300 --disk ssd=256M vmlab/guest/ublk.sh
+. /vmlab/lib.sh
+FRONTEND=ublk
+UBLK_ID=0
+UBLK_QUEUES=${UBLK_QUEUES:-2}
+UBLK_DEPTH=${UBLK_DEPTH:-64}
+
+tiercache serve --help | grep -q -- '--ublk' ||
+  skip "this tiercache binary has no ublk front end (serve --ublk; build it with the ublk feature)"
+modprobe ublk_drv
+[ -e /dev/ublk-control ] || fail "no /dev/ublk-control after modprobe ublk_drv"
+
+attach_device() {
+  # The previous instance's device is deleted asynchronously.
+  local i=0
+  while [ -e /dev/ublkc$UBLK_ID ]; do
+    i=$((i + 1))
+    [ "$i" -lt 100 ] || fail "/dev/ublkc$UBLK_ID still exists 10 s after tiercache stopped"
+    sleep 0.1
+  done
+  start_tiercache --ublk --ublk-id "$UBLK_ID" --ublk-queues "$UBLK_QUEUES" --ublk-depth "$UBLK_DEPTH" "$@"
+  DEV=/dev/ublkb$UBLK_ID
+  wait_for_path "$DEV" 30
+  grep -q "serving $DEV" "$OUT/tiercache-boot$VMLAB_BOOT.log" || fail "tiercache did not announce $DEV"
+  local q=/sys/block/ublkb$UBLK_ID/queue
+  step "$DEV: $(($(cat /sys/block/ublkb$UBLK_ID/size) * 512 >> 20)) MiB, write cache: $(cat $q/write_cache), fua: $(cat $q/fua 2>/dev/null), logical block $(cat $q/logical_block_size), max IO $(cat $q/max_hw_sectors_kb) KiB, discard max $(cat $q/discard_max_bytes), write-zeroes max $(cat $q/write_zeroes_max_bytes), hw queues $(ls /sys/block/ublkb$UBLK_ID/mq | wc -l)"
+}
+
+# Stopping tiercache (SIGTERM or detach) deletes the ublk device.
+remove_device() { :; }
+
+ublk_specific_tests() {
+  attach_device
+  local q=/sys/block/ublkb$UBLK_ID/queue
+  [ "$(cat $q/write_cache)" = "write back" ] || fail "the device does not announce a volatile write cache (no FLUSH would be sent)"
+  [ "$(cat $q/fua)" = 1 ] || fail "the device does not announce FUA"
+  [ "$(cat $q/discard_max_bytes)" -gt 0 ] || fail "the device does not announce discard"
+  [ "$(cat $q/write_zeroes_max_bytes)" -gt 0 ] || fail "the device does not announce write-zeroes"
+  [ "$(ls /sys/block/ublkb$UBLK_ID/mq | wc -l)" = "$UBLK_QUEUES" ] || fail "expected $UBLK_QUEUES hardware queues"
+
+  # Several submitters, one per CPU, spread over the hardware queues; each
+  # verifies its own region (crc32c) after writing it.
+  run_fio multiqueue-verify --rw=randrw --rwmixread=30 --bs=4k --iodepth=16 --numjobs=4 \
+    --offset=$((600 << 20)) --size=32M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
+    --randrepeat=1 --cpus_allowed_policy=split
+  run_fio multiqueue-mixed-sizes --rw=randwrite --bsrange=512-256k --iodepth=32 --numjobs=2 \
+    --offset=$((800 << 20)) --size=32M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
+    --randrepeat=1 --fsync=16
+
+  step "write-zeroes (blkdiscard -z) and discard through $DEV"
+  local off=$((900 << 20)) len=$((8 << 20))
+  head -c $len /dev/urandom | dd of="$DEV" bs=1M seek=$((off >> 20)) oflag=direct conv=fsync status=none
+  blkdiscard -z -o $off -l $len "$DEV"
+  cmp -n $len <(dd if="$DEV" bs=1M skip=$((off >> 20)) count=$((len >> 20)) iflag=direct status=none) /dev/zero ||
+    fail "the range does not read as zeroes after write-zeroes"
+  blkdiscard -o $off -l $len "$DEV" || fail "discard failed"
+  tc_stats
+
+  step "SIGTERM while $DEV is open by a reader"
+  dd if="$DEV" of=/dev/null bs=64k iflag=direct status=none &
+  local reader=$!
+  sleep 1
+  stop_tiercache
+  wait "$reader" 2>/dev/null && step "the reader finished before the stop" ||
+    step "the reader got an error once the device was stopped, as expected"
+  wait_gone() {
+    local i=0
+    while [ -e "$1" ]; do
+      i=$((i + 1))
+      [ "$i" -lt 100 ] || fail "$1 still exists 10 s after tiercache stopped"
+      sleep 0.1
+    done
+  }
+  wait_gone "$DEV"
+  wait_gone /dev/ublkc$UBLK_ID
+  grep -q "tiercache: stopped" "$OUT/tiercache-boot$VMLAB_BOOT.log" || fail "no clean stop"
+}
+
+. /vmlab/cache-tests.sh
+case "$VMLAB_BOOT" in
+  1) run_cache_tests ;; # ends with a crash
+  2)
+    verify_after_crash
+    ublk_specific_tests
+    step "PASS: tiercache over $FRONTEND"
+    ;;
+  *) fail "unexpected boot $VMLAB_BOOT" ;;
+esac
