@@ -50,13 +50,20 @@ pub enum Request {
 /// Decodes a ublk IO descriptor's `op_flags`, `start_sector` and
 /// `nr_sectors`. Unknown or unsupported opcodes (WRITE_SAME, the zoned
 /// operations) give `Err(-EOPNOTSUPP)`, the value to complete them with.
+///
+/// FLUSH ignores the sector fields (the kernel sends a start sector of
+/// `u64::MAX` with it).
 pub fn decode(op_flags: u32, start_sector: u64, nr_sectors: u32) -> Result<Request, i32> {
+    let op = op_flags & 0xff;
+    if op == op::FLUSH {
+        return Ok(Request::Flush);
+    }
     let offset = start_sector
         .checked_mul(1 << SECTOR_SHIFT)
         .ok_or(-libc::EINVAL)?;
     let bytes = u64::from(nr_sectors) << SECTOR_SHIFT;
     let fua = op_flags & op::F_FUA != 0;
-    match op_flags & 0xff {
+    match op {
         op::READ => Ok(Request::Read {
             offset,
             len: u32::try_from(bytes).map_err(|_| -libc::EINVAL)?,
@@ -66,7 +73,6 @@ pub fn decode(op_flags: u32, start_sector: u64, nr_sectors: u32) -> Result<Reque
             len: u32::try_from(bytes).map_err(|_| -libc::EINVAL)?,
             fua,
         }),
-        op::FLUSH => Ok(Request::Flush),
         op::DISCARD => Ok(Request::Discard { offset, len: bytes }),
         op::WRITE_ZEROES => Ok(Request::WriteZeroes {
             offset,
@@ -91,13 +97,30 @@ pub fn decode(op_flags: u32, start_sector: u64, nr_sectors: u32) -> Result<Reque
 /// parameters said so, and they promise nothing then.
 pub fn execute(export: &dyn Export, req: Request, buf: &mut [u8]) -> i32 {
     let fits = |offset: u64, len: u64| {
-        offset
+        let ok = offset
             .checked_add(len)
-            .is_some_and(|end| end <= export.size())
+            .is_some_and(|end| end <= export.size());
+        if !ok {
+            log::warn!(
+                "ublk: {req:?} is beyond the end of the device ({} bytes)",
+                export.size()
+            );
+        }
+        ok
+    };
+    let fits_buffer = |len: u32| {
+        let ok = len as usize <= buf.len();
+        if !ok {
+            log::warn!(
+                "ublk: {req:?} is larger than the tag's buffer ({} bytes)",
+                buf.len()
+            );
+        }
+        ok
     };
     let result: io::Result<i32> = match req {
         Request::Read { offset, len } => {
-            if !fits(offset, len.into()) || len as usize > buf.len() {
+            if !fits(offset, len.into()) || !fits_buffer(len) {
                 return -libc::EINVAL;
             }
             export
@@ -105,7 +128,7 @@ pub fn execute(export: &dyn Export, req: Request, buf: &mut [u8]) -> i32 {
                 .map(|()| len as i32)
         }
         Request::Write { offset, len, fua } => {
-            if !fits(offset, len.into()) || len as usize > buf.len() {
+            if !fits(offset, len.into()) || !fits_buffer(len) {
                 return -libc::EINVAL;
             }
             export
@@ -261,6 +284,16 @@ mod tests {
             })
         );
         assert_eq!(decode(op::FLUSH, 0, 0), Ok(Request::Flush));
+        // What Linux 6.12 really sends: the flush request's position is -1.
+        assert_eq!(decode(op::FLUSH, u64::MAX, 0), Ok(Request::Flush));
+        // Read-ahead carries the failfast flags (bits 8-10).
+        assert_eq!(
+            decode(0x700, 8, 8),
+            Ok(Request::Read {
+                offset: 4096,
+                len: 4096
+            })
+        );
         assert_eq!(
             decode(op::DISCARD, 2048, 2048),
             Ok(Request::Discard {

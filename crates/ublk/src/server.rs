@@ -475,6 +475,24 @@ async fn serve_tag(
                 }
             }
         };
+        if result < 0 {
+            log::debug!(
+                "ublk queue {} tag {tag}: op_flags {:#x} sector {} sectors {} failed: {}",
+                q.get_qid(),
+                iod.op_flags,
+                iod.start_sector,
+                iod.nr_sectors,
+                std::io::Error::from_raw_os_error(-result)
+            );
+        } else {
+            log::trace!(
+                "ublk queue {} tag {tag}: op_flags {:#x} sector {} sectors {} -> {result}",
+                q.get_qid(),
+                iod.op_flags,
+                iod.start_sector,
+                iod.nr_sectors,
+            );
+        }
         q.submit_io_commit_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), result)
             .await?;
     }
