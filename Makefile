@@ -5,12 +5,12 @@
 
 CARGO ?= cargo
 
-.PHONY: run test deps lint unit fuzz
+.PHONY: run test deps lint unit fuzz vmlab
 
 run: deps
 	$(CARGO) run --release -p tiercache -- bench
 
-test: deps lint unit fuzz
+test: deps lint unit fuzz vmlab
 
 deps:
 	./scripts/install-deps.sh
@@ -26,3 +26,8 @@ unit:
 # Every fuzz target for a short while (FUZZ_SECONDS=3600 for a long run).
 fuzz:
 	./scripts/fuzz-smoke.sh
+
+# tiercache as a kernel block device (NBD, ublk) in a qemu guest; the guest
+# image is built once and cached (see vmlab/ and the README).
+vmlab:
+	CARGO="$(CARGO)" ./vmlab/test.sh

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Builds the VM lab's guest image from Debian packages and prints the
+# directory holding it (last line of stdout):
+#   vmlinuz         Debian's bookworm-backports 6.12 kernel (has nbd, ublk_drv,
+#                   bcache, dm-cache, dm-cache-smq as modules)
+#   rootfs.cpio     uncompressed initramfs: a debootstrap minbase Debian 12 with
+#                   fio, lvm2, bcache-tools, nbd-client, ... and the kernel's
+#                   modules trimmed to what the lab uses
+#   kernel-release  the kernel's `uname -r`
+#   libs.txt        shared libraries present in the image (run.sh copies a
+#                   binary's other libraries in with it)
+#
+# The image is cached under $VMLAB_CACHE_DIR (default
+# /var/cache/tiercache-vmlab, or $XDG_CACHE_HOME/tiercache-vmlab when not
+# root), keyed by a hash of this script: editing the recipe rebuilds it,
+# anything else reuses it. Downloaded .debs are kept there too.
+# The host's apt sources are not changed: the backports kernel is fetched
+# with a private sources list. The Debian mirror is the one the host's apt
+# uses for its own release (override with VMLAB_MIRROR=URL).
+#
+# Usage: vmlab/build-image.sh [--force]
+set -euo pipefail
+
+SUITE=bookworm
+# Packages inside the guest. fio/lvm2/bcache-tools/nbd-client/thin-provisioning-tools
+# for the tests and the bcache/lvmcache comparison; libfontconfig1 because the
+# tiercache binary links it (plots).
+GUEST_PACKAGES=(kmod e2fsprogs util-linux procps psmisc fio lvm2 thin-provisioning-tools
+  bcache-tools nbd-client libfontconfig1 strace xxd)
+# Module directories kept (relative to lib/modules/VERSION/kernel).
+MODULE_DIRS=(drivers/md drivers/block drivers/virtio drivers/char/hw_random fs/ext4 fs/jbd2
+  fs/9p fs/netfs fs/fscache fs/mbcache.ko fs/mbcache.ko.xz net/9p lib crypto arch/x86/crypto)
+
+here="$(cd "$(dirname "$0")" && pwd)"
+force=0
+[ "${1:-}" = "--force" ] && force=1
+
+log() { echo "vmlab-build: $*" >&2; }
+die() { echo "vmlab-build: error: $*" >&2; exit 1; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  die "needs root (debootstrap, device nodes in the initramfs); run with sudo"
+fi
+
+if [ -n "${VMLAB_CACHE_DIR:-}" ]; then
+  cache="$VMLAB_CACHE_DIR"
+else
+  cache=/var/cache/tiercache-vmlab
+fi
+recipe_hash="$(sha256sum "$here/build-image.sh" | cut -c1-16)"
+image="$cache/image-$recipe_hash"
+mkdir -p "$cache"
+
+# One builder at a time; others wait, then find the image built.
+exec 9>"$cache/.lock"
+flock 9
+
+if [ "$force" -eq 0 ] && [ -f "$image/done" ]; then
+  log "cached image $image"
+  echo "$image"
+  exit 0
+fi
+
+for tool in debootstrap cpio apt-get dpkg-deb xz zstd; do
+  command -v "$tool" >/dev/null || die "$tool missing: run scripts/install-vmlab-deps.sh"
+done
+
+# The mirror the host's apt uses for $SUITE main (deb822 .sources or one-line lists).
+find_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk -v suite="$SUITE" '
+      /^[[:space:]]*$/ { if (uri != "" && ok) { print uri; exit } uri = ""; ok = 0; next }
+      tolower($1) == "uris:" { uri = $2 }
+      tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == suite) ok = 1 }
+      END { if (uri != "" && ok) print uri }' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk -v suite="$SUITE" '$1 == "deb" { u = ($2 ~ /^\[/) ? $3 : $2; s = ($2 ~ /^\[/) ? $4 : $3; if (s == suite) print u }' "$f"
+  done
+}
+mirror="${VMLAB_MIRROR:-$(find_mirror | grep -v security | head -n1)}"
+[ -n "$mirror" ] || die "no Debian $SUITE mirror found in the host's apt sources; set VMLAB_MIRROR=URL"
+log "mirror $mirror"
+
+started=$(date +%s)
+work="$cache/build.$$"
+rm -rf "$work" "$cache"/build.*
+mkdir -p "$work" "$cache/debs"
+trap 'rm -rf "$work"' EXIT
+
+# 1. The kernel from backports, through a private apt configuration.
+apt_dir="$work/apt"
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+echo "deb $mirror $SUITE-backports main" >"$apt_dir/sources.list"
+apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
+  -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
+  -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
+log "fetching the $SUITE-backports package list"
+apt-get "${apt_opts[@]}" -qq update
+kernel_pkg="$(apt-cache "${apt_opts[@]}" search --names-only '^linux-image-6\.12\.[0-9.]+\+deb12-amd64-unsigned$' |
+  awk '{print $1}' | sort -V | tail -n1)"
+[ -n "$kernel_pkg" ] || die "no linux-image-6.12.*+deb12-amd64-unsigned in $SUITE-backports"
+log "kernel package $kernel_pkg"
+(cd "$cache/debs" && { ls "${kernel_pkg}"_*.deb >/dev/null 2>&1 || apt-get "${apt_opts[@]}" -qq download "$kernel_pkg"; })
+kernel_deb="$(ls "$cache/debs/${kernel_pkg}"_*.deb | sort -V | tail -n1)"
+mkdir -p "$work/kernel"
+dpkg-deb -x "$kernel_deb" "$work/kernel"
+kver="$(ls "$work/kernel/lib/modules" | head -n1)"
+[ -n "$kver" ] || die "no modules in $kernel_deb"
+
+# 2. The root file system.
+root="$work/root"
+include="$(IFS=,; echo "${GUEST_PACKAGES[*]}")"
+log "debootstrap --variant=minbase $SUITE (+ $include)"
+mkdir -p "$cache/debs/debootstrap"
+if ! debootstrap --variant=minbase --include="$include" --cache-dir="$cache/debs/debootstrap" \
+  "$SUITE" "$root" "$mirror" >"$work/debootstrap.log" 2>&1; then
+  tail -n 30 "$work/debootstrap.log" >&2
+  [ -f "$root/debootstrap/debootstrap.log" ] && tail -n 30 "$root/debootstrap/debootstrap.log" >&2
+  die "debootstrap failed"
+fi
+
+# 3. Modules: only what the lab loads (block, md/dm/bcache, virtio, ext4, 9p, crypto).
+src="$work/kernel/lib/modules/$kver"
+dst="$root/lib/modules/$kver"
+mkdir -p "$dst/kernel"
+cp -a "$src"/modules.order "$src"/modules.builtin* "$dst/"
+for d in "${MODULE_DIRS[@]}"; do
+  if [ -e "$src/kernel/$d" ]; then
+    mkdir -p "$dst/kernel/$(dirname "$d")"
+    cp -a "$src/kernel/$d" "$dst/kernel/$d"
+  fi
+done
+# kmod may lack a decompressor for the kernel's module compression: unpack them.
+find "$dst" -name '*.ko.xz' -exec xz -d {} +
+find "$dst" -name '*.ko.zst' -exec zstd -q --rm -d {} +
+chroot "$root" depmod "$kver"
+for m in virtio_pci virtio_blk 9p 9pnet_virtio nbd ublk_drv bcache dm_cache dm_cache_smq ext4 loop; do
+  pattern="(^|/)${m//_/[-_]}\.ko"
+  if ! grep -qE "$pattern" "$dst/modules.dep" && ! grep -qE "$pattern" "$dst/modules.builtin"; then
+    die "module $m neither built in nor in the trimmed tree"
+  fi
+done
+
+# 4. Trim and configure.
+rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,linda} "$root"/var/cache/apt/*.bin \
+  "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/debootstrap
+echo vmlab >"$root/etc/hostname"
+# LVM without udev (no udevd in the guest).
+sed -i -e 's/^\([[:space:]]*\)# *obtain_device_list_from_udev = .*/\1obtain_device_list_from_udev = 0/' \
+  -e 's/^\([[:space:]]*\)# *udev_sync = .*/\1udev_sync = 0/' \
+  -e 's/^\([[:space:]]*\)# *udev_rules = .*/\1udev_rules = 0/' "$root/etc/lvm/lvm.conf"
+mkdir -p "$root"/{proc,sys,dev,run,tmp,results,vmlab}
+cp "$work/kernel/boot/vmlinuz-$kver" "$work/vmlinuz"
+(cd "$root" && find usr/lib/x86_64-linux-gnu lib/x86_64-linux-gnu -maxdepth 1 -name '*.so*' 2>/dev/null |
+  xargs -n1 basename | sort -u) >"$work/libs.txt"
+echo "$kver" >"$work/kernel-release"
+log "packing the initramfs"
+(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc) >"$work/rootfs.cpio"
+cp "$work/debootstrap.log" "$work/build.log"
+cp "$here/build-image.sh" "$work/recipe.sh"
+
+# 5. Publish atomically and drop images of older recipes.
+rm -rf "$image.new"
+mkdir -p "$image.new"
+mv "$work"/{vmlinuz,rootfs.cpio,kernel-release,libs.txt,build.log,recipe.sh} "$image.new/"
+date -u +%FT%TZ >"$image.new/done"
+rm -rf "$image"
+mv "$image.new" "$image"
+for old in "$cache"/image-*; do
+  [ "$old" = "$image" ] || rm -rf "$old"
+done
+log "built $image ($(du -sh "$image/rootfs.cpio" | cut -f1) initramfs, kernel $kver) in $(($(date +%s) - started)) s"
+echo "$image"

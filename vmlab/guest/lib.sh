@@ -1,0 +1,44 @@
+# Helpers for VM lab guest scripts: `. /vmlab/lib.sh` at the top.
+# Everything a script writes under $VMLAB_RESULTS (/results, the host's
+# results directory) is on the host when run.sh returns.
+
+set -euo pipefail
+
+# step TEXT: a visible, timestamped progress line on the console.
+step() { echo "[vmlab +$(cut -d' ' -f1 /proc/uptime)s boot $VMLAB_BOOT] $*"; }
+
+# fail TEXT: print and exit 1.
+fail() { echo "FAIL: $*"; exit 1; }
+
+# skip TEXT: the test cannot run here; run.sh returns 77.
+skip() { echo "SKIP: $*"; exit 77; }
+
+# vmlab_crash: reboot the guest at once, without syncing or unmounting
+# (sysrq b, a crash as far as the disks are concerned). The host boots the
+# same image again with VMLAB_BOOT incremented; files under /results and the
+# disks' contents survive. Never returns.
+vmlab_crash() {
+  : >"$VMLAB_RESULTS/.vmlab-reboot"
+  sync -f "$VMLAB_RESULTS/.vmlab-reboot" 2>/dev/null || true
+  step "crash: sysrq b"
+  echo b >/proc/sysrq-trigger
+  sleep 60
+  fail "sysrq b did not reboot"
+}
+
+# wait_for_path PATH [SECONDS]: wait until PATH exists (a socket, a device).
+wait_for_path() {
+  local path=$1 limit=${2:-60} i=0
+  while [ ! -e "$path" ]; do
+    i=$((i + 1))
+    [ "$i" -le $((limit * 10)) ] || fail "$path did not appear within ${limit}s"
+    sleep 0.1
+  done
+}
+
+# disk NAME: the guest device of the disk run.sh was given as --disk NAME=...
+disk() {
+  local link="/dev/vmlab/$1"
+  [ -e "$link" ] || fail "no disk named $1 (run.sh --disk $1=SIZE)"
+  readlink -f "$link"
+}

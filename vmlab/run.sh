@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Boots the VM lab's guest (qemu, TCG: no KVM needed) with chosen disks and
+# runs one guest script in it; streams the serial console; returns the
+# script's exit status.
+#
+# Usage: vmlab/run.sh [OPTIONS] SCRIPT [ARGS...]
+#   SCRIPT       a bash script run as root in the guest (with ARGS); it can
+#                `. /vmlab/lib.sh` for helpers (step, fail, skip, disk,
+#                vmlab_crash, wait_for_path). Every file of vmlab/guest/ is
+#                in the guest's /vmlab/ too.
+#   --disk NAME=SIZE|PATH[,OPT...]
+#                a virtio disk, /dev/vmlab/NAME in the guest. SIZE (e.g. 1G)
+#                makes a new sparse file in the run directory; PATH uses an
+#                existing raw file (or block device). OPTs: iops=N (qemu
+#                throttling of all IO, e.g. an HDD), read-iops=N, write-iops=N,
+#                bps=N, or any qemu -drive key=value (default cache=none).
+#   --bin PATH   copy a host binary into the guest's /vmlab/bin (on PATH),
+#                with the shared libraries the image lacks. Repeatable.
+#                Default: the workspace's release `tiercache` ($VMLAB_TIERCACHE,
+#                else $CARGO_TARGET_DIR or target/ + /release/tiercache).
+#   --env K=V    an environment variable for the script. Repeatable.
+#   --out DIR    run directory (default: a new /var/tmp/vmlab-run.XXXXXX):
+#                DIR/results is the guest's /results (its result files;
+#                emptied first), DIR/console.log the serial console of
+#                every boot.
+#   --mem SIZE   guest RAM (default 2G)     --smp N    vCPUs (default 2)
+#   --timeout S  limit for the whole run, all boots (default 900)
+#   --max-boots N  boots allowed (the first + reboots by vmlab_crash; default 3)
+#   --keep-disks keep the disk files created from a SIZE (deleted otherwise)
+#
+# Exit status: the script's, 77 when it skipped, 124 when the run timed out,
+# 125 when the lab itself failed (no image, guest died without an exit marker).
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+die() { echo "vmlab-run: error: $*" >&2; exit 125; }
+
+disks=() bins=() envs=() out="" mem=2G smp=2 timeout_s=900 max_boots=3 keep_disks=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --disk) disks+=("$2"); shift 2 ;;
+    --bin) bins+=("$2"); shift 2 ;;
+    --env) envs+=("$2"); shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --mem) mem="$2"; shift 2 ;;
+    --smp) smp="$2"; shift 2 ;;
+    --timeout) timeout_s="$2"; shift 2 ;;
+    --max-boots) max_boots="$2"; shift 2 ;;
+    --keep-disks) keep_disks=1; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --) shift; break ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) break ;;
+  esac
+done
+[ $# -ge 1 ] || die "no guest script (see --help)"
+script="$1"
+shift
+[ -f "$script" ] || die "no such script: $script"
+command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing: run scripts/install-vmlab-deps.sh"
+
+if [ ${#bins[@]} -eq 0 ]; then
+  target="${CARGO_TARGET_DIR:-$repo/target}"
+  case "$target" in /*) ;; *) target="$repo/$target" ;; esac
+  tiercache="${VMLAB_TIERCACHE:-$target/release/tiercache}"
+  if [ -x "$tiercache" ]; then
+    bins+=("$tiercache")
+  else
+    echo "vmlab-run: warning: no tiercache binary at $tiercache (cargo build --release -p tiercache); the guest has none" >&2
+  fi
+fi
+
+image="$("$here/build-image.sh")" || die "no guest image"
+
+if [ -z "$out" ]; then
+  out="$(mktemp -d /var/tmp/vmlab-run.XXXXXX)"
+fi
+rm -rf "$out/results"
+mkdir -p "$out/results"
+out="$(cd "$out" && pwd)"
+: >"$out/console.log"
+
+# The payload: a second cpio appended to the image's (the kernel unpacks both).
+payload="$out/payload"
+rm -rf "$payload"
+mkdir -p "$payload/vmlab/bin" "$payload/vmlab/lib"
+cp "$here"/guest/* "$payload/vmlab/"
+cp "$script" "$payload/vmlab/script"
+chmod +x "$payload/vmlab/init"
+for bin in "${bins[@]}"; do
+  [ -f "$bin" ] || die "no such binary: $bin"
+  cp "$bin" "$payload/vmlab/bin/"
+  # Libraries the image lacks (by name), except the C library's own.
+  ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+    name="$(basename "$lib")"
+    grep -qxF "$name" "$image/libs.txt" || cp -L "$lib" "$payload/vmlab/lib/"
+  done
+done
+{
+  for kv in "${envs[@]}"; do
+    printf '%s=%q\n' "${kv%%=*}" "${kv#*=}"
+  done
+  printf 'VMLAB_ARGS=('
+  for a in "$@"; do printf '%q ' "$a"; done
+  printf ')\n'
+} >"$payload/vmlab/env"
+(cd "$payload" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) >"$out/payload.cpio"
+initrd="$out/initrd.cpio"
+cat "$image/rootfs.cpio" "$out/payload.cpio" >"$initrd"
+rm -rf "$payload" "$out/payload.cpio"
+
+# Disks.
+drive_args=() created=()
+index=0
+for spec in "${disks[@]}"; do
+  name="${spec%%=*}"
+  rest="${spec#*=}"
+  [ "$name" != "$spec" ] && [ -n "$name" ] || die "--disk wants NAME=SIZE|PATH[,OPT...], got $spec"
+  source="${rest%%,*}"
+  opts=""
+  [ "$source" != "$rest" ] && opts="${rest#*,}"
+  if [[ "$source" =~ ^[0-9]+[KMGT]?$ ]]; then
+    file="$out/disk-$name.img"
+    rm -f "$file"
+    truncate -s "$source" "$file"
+    created+=("$file")
+  else
+    file="$source"
+    [ -e "$file" ] || die "disk $name: no such file $file"
+  fi
+  drive="file=$file,format=raw,if=none,id=disk$index"
+  has_cache=0
+  IFS=, read -r -a kvs <<<"$opts"
+  for kv in "${kvs[@]}"; do
+    case "$kv" in
+      "") ;;
+      iops=*) drive+=",throttling.iops-total=${kv#*=}" ;;
+      read-iops=*) drive+=",throttling.iops-read=${kv#*=}" ;;
+      write-iops=*) drive+=",throttling.iops-write=${kv#*=}" ;;
+      bps=*) drive+=",throttling.bps-total=${kv#*=}" ;;
+      cache=*) has_cache=1; drive+=",$kv" ;;
+      *) drive+=",$kv" ;;
+    esac
+  done
+  [ "$has_cache" -eq 1 ] || drive+=",cache=none,aio=threads"
+  drive_args+=(-drive "$drive" -device "virtio-blk-pci,drive=disk$index,serial=$name")
+  index=$((index + 1))
+done
+
+started=$(date +%s)
+boot=1
+status=125
+while :; do
+  elapsed=$(($(date +%s) - started))
+  remaining=$((timeout_s - elapsed))
+  if [ "$remaining" -le 0 ]; then
+    echo "vmlab-run: timed out after ${timeout_s}s" >&2
+    status=124
+    break
+  fi
+  echo "vmlab-run: boot $boot ($(basename "$script"), image $(basename "$image"), ${remaining}s left)" >&2
+  boot_start=$(date +%s)
+  set +e
+  timeout -k 10 "$remaining" qemu-system-x86_64 \
+    -accel tcg -cpu max -smp "$smp" -m "$mem" -nodefaults -no-reboot \
+    -display none -monitor none -nic none \
+    -chardev stdio,id=console,signal=on -serial chardev:console \
+    -kernel "$image/vmlinuz" -initrd "$initrd" \
+    -append "console=ttyS0 rdinit=/vmlab/init panic=-1 quiet loglevel=4 mitigations=off vmlab.boot=$boot" \
+    -virtfs "local,path=$out/results,mount_tag=results,security_model=none,id=results" \
+    "${drive_args[@]}" </dev/null 2>&1 | tee -a "$out/console.log"
+  qemu_status=${PIPESTATUS[0]}
+  set -e
+  echo "vmlab-run: boot $boot ended after $(($(date +%s) - boot_start))s (qemu status $qemu_status)" >&2
+  if [ "$qemu_status" -eq 124 ] || [ "$qemu_status" -eq 137 ]; then
+    echo "vmlab-run: timed out after ${timeout_s}s" >&2
+    status=124
+    break
+  fi
+  marker="$(tr -d '\r' <"$out/console.log" | sed -n 's/^VMLAB-EXIT=\([0-9]\{1,3\}\)$/\1/p' | tail -n1)"
+  if [ -n "$marker" ]; then
+    status=$marker
+    break
+  fi
+  if [ -f "$out/results/.vmlab-reboot" ]; then
+    rm -f "$out/results/.vmlab-reboot"
+    if [ "$boot" -ge "$max_boots" ]; then
+      echo "vmlab-run: the guest asked for boot $((boot + 1)) but --max-boots is $max_boots" >&2
+      status=125
+      break
+    fi
+    boot=$((boot + 1))
+    continue
+  fi
+  echo "vmlab-run: the guest stopped without an exit marker (kernel panic? see $out/console.log)" >&2
+  status=125
+  break
+done
+
+rm -f "$initrd"
+[ "$keep_disks" -eq 1 ] || rm -f "${created[@]}"
+echo "vmlab-run: $(basename "$script") exit status $status after $(($(date +%s) - started))s; results in $out/results" >&2
+exit "$status"
