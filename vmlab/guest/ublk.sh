@@ -51,19 +51,28 @@ ublk_specific_tests() {
   # Several submitters, one per CPU, spread over the hardware queues; each
   # verifies its own region (crc32c) after writing it.
   run_fio multiqueue-verify --rw=randrw --rwmixread=30 --bs=4k --iodepth=16 --numjobs=4 \
-    --offset=$((600 << 20)) --size=32M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
+    --offset=$((600 << 20)) --size=12M --offset_increment=16M --verify=crc32c --verify_fatal=1 \
     --randrepeat=1 --cpus_allowed_policy=split
   run_fio multiqueue-mixed-sizes --rw=randwrite --bsrange=512-256k --iodepth=32 --numjobs=2 \
     --offset=$((800 << 20)) --size=32M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
     --randrepeat=1 --fsync=16
+  # Every hardware queue carried requests (blk-mq's own counters).
+  mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
+  local hctx queued
+  for hctx in /sys/kernel/debug/block/ublkb$UBLK_ID/hctx*; do
+    [ -e "$hctx/queued" ] || continue
+    queued=$(cat "$hctx/queued")
+    step "$(basename "$hctx"): $queued requests queued"
+    [ "$queued" -gt 0 ] || fail "hardware queue $(basename "$hctx") carried no request"
+  done
 
   step "write-zeroes (blkdiscard -z) and discard through $DEV"
   local off=$((900 << 20)) len=$((8 << 20))
   head -c $len /dev/urandom | dd of="$DEV" bs=1M seek=$((off >> 20)) oflag=direct conv=fsync status=none
-  blkdiscard -z -o $off -l $len "$DEV"
+  blkdiscard -f -z -o $off -l $len "$DEV"
   cmp -n $len <(dd if="$DEV" bs=1M skip=$((off >> 20)) count=$((len >> 20)) iflag=direct status=none) /dev/zero ||
     fail "the range does not read as zeroes after write-zeroes"
-  blkdiscard -o $off -l $len "$DEV" || fail "discard failed"
+  blkdiscard -f -o $off -l $len "$DEV" || fail "discard failed"
   tc_stats
 
   step "SIGTERM while $DEV is open by a reader"
