@@ -169,13 +169,35 @@ struct ServeArgs {
     /// Unix socket to serve on (default: $XDG_RUNTIME_DIR/tiercache/NAME.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// Serve on TCP ADDR:PORT instead of a Unix socket. Plain NBD has no
-    /// authentication: use only on a trusted network.
+    /// Serve on TCP ADDR:PORT instead of a Unix socket. Needs TLS
+    /// (--tls-cert/--tls-key or --tls-psk), or --insecure for plain NBD.
     #[arg(long)]
     listen: Option<String>,
     /// Control socket (default: next to the socket, NAME.ctl).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// TLS server certificate chain (PEM), with --tls-key: clients connect
+    /// with nbds:// URIs.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by a CA in FILE (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// TLS with pre-shared keys instead of certificates: a psktool keys
+    /// file (identity:hexkey per line).
+    #[arg(long, value_name = "FILE")]
+    tls_psk: Option<PathBuf>,
+    /// require (default with credentials): clients must use TLS; on: TLS
+    /// is optional for clients; off (default without credentials).
+    #[arg(long, value_name = "MODE")]
+    tls: Option<serve::TlsPolicy>,
+    /// Allow --listen without required TLS: plain NBD on the network, no
+    /// authentication, no encryption.
+    #[arg(long)]
+    insecure: bool,
     /// Format the cache device first if it does not hold a tiercache cache
     /// yet (as `tiercache create` would). Never formats a device that does.
     #[arg(long)]
@@ -215,6 +237,12 @@ struct ServeFile {
     socket: Option<PathBuf>,
     listen: Option<String>,
     control: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_psk: Option<PathBuf>,
+    tls: Option<serve::TlsPolicy>,
+    insecure: Option<bool>,
     ublk: Option<bool>,
     ublk_queues: Option<u16>,
     ublk_depth: Option<u16>,
@@ -237,6 +265,8 @@ pub struct ServeSettings {
     pub name: String,
     pub socket: PathBuf,
     pub listen: Option<String>,
+    /// TLS for the NBD server (checked against `listen`).
+    pub tls: serve::TlsSettings,
     pub control: PathBuf,
     pub create: bool,
     /// Serve over ublk instead of NBD.
@@ -294,6 +324,17 @@ impl ServeArgs {
         if !ublk && (self.ublk_queues.or(self.ublk_depth).is_some() || self.ublk_id.is_some()) {
             bail!("--ublk-queues, --ublk-depth and --ublk-id go with --ublk");
         }
+        let tls = serve::TlsSettings::resolve(
+            serve::TlsFlags {
+                policy: self.tls.or(file.tls),
+                cert: self.tls_cert.or(file.tls_cert),
+                key: self.tls_key.or(file.tls_key),
+                ca: self.tls_ca.or(file.tls_ca),
+                psk: self.tls_psk.or(file.tls_psk),
+                insecure: self.insecure || file.insecure.unwrap_or(false),
+            },
+            self.listen.as_deref().or(file.listen.as_deref()),
+        )?;
         Ok(ServeSettings {
             backing,
             cache,
@@ -314,6 +355,7 @@ impl ServeArgs {
             name,
             socket,
             listen: self.listen.or(file.listen),
+            tls,
             control,
             create: self.create,
             ublk: ublk.then(|| ublk::UblkSettings {

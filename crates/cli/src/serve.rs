@@ -203,10 +203,18 @@ fn run_uncached(
 fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
     Ok(match &s.listen {
         Some(addr) => {
-            eprintln!(
-                "WARNING: serving plain NBD on TCP {addr}: no authentication and no encryption. \
-                 Anyone who can reach this address can read and overwrite the device."
-            );
+            if !s.tls.required() {
+                eprintln!(
+                    "WARNING: serving NBD on TCP {addr} with TLS {}: plain-text clients get \
+                     no authentication and no encryption. Anyone who can reach this address \
+                     can read and overwrite the device.",
+                    if s.tls.policy == TlsPolicy::Off {
+                        "off"
+                    } else {
+                        "optional"
+                    }
+                );
+            }
             Listener::bind_tcp(addr.as_str()).with_context(|| format!("listening on {addr}"))?
         }
         None => {
@@ -232,7 +240,7 @@ impl FrontEnd {
             return Ok(FrontEnd::Ublk(crate::ublk::start(u, export)?));
         }
         let listener = bind_nbd(s)?;
-        let nbd = Server::single(&s.name, export, ServerConfig::default())?;
+        let nbd = Server::single(&s.name, export, nbd_config(s)?)?;
         Ok(FrontEnd::Nbd(nbd.spawn(listener)?))
     }
 
@@ -263,12 +271,155 @@ fn announce(s: &ServeSettings, front: &FrontEnd) {
         return;
     }
     match &s.listen {
-        Some(addr) => println!("tiercache: serving nbd://{addr}/{}", s.name),
+        Some(addr) => println!("tiercache: serving {}://{addr}/{}", s.tls.scheme(), s.name),
         None => println!(
-            "tiercache: serving nbd+unix:///{}?socket={}  (control: {})",
+            "tiercache: serving {}+unix:///{}?socket={}  (control: {})",
+            s.tls.scheme(),
             s.name,
             s.socket.display(),
             s.control.display()
         ),
     }
+}
+
+// ---------------------------------------------------------------------------
+// TLS settings (flags and config file keys) and the NBD server config.
+
+/// `--tls`: whether clients must, may or cannot use TLS (nbdkit's
+/// `--tls=require|on|off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsPolicy {
+    Off,
+    On,
+    Require,
+}
+
+/// TLS options as given (flag, else config file).
+#[derive(Debug, Default)]
+pub struct TlsFlags {
+    pub policy: Option<TlsPolicy>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+    pub ca: Option<std::path::PathBuf>,
+    pub psk: Option<std::path::PathBuf>,
+    pub insecure: bool,
+}
+
+/// Checked TLS settings: credentials are consistent with the policy, and
+/// TCP is served without required TLS only with `--insecure`. Files are
+/// read when the server starts.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub policy: TlsPolicy,
+    pub credentials: Option<TlsCredentials>,
+}
+
+#[derive(Debug, Clone)]
+pub enum TlsCredentials {
+    X509 {
+        cert: std::path::PathBuf,
+        key: std::path::PathBuf,
+        client_ca: Option<std::path::PathBuf>,
+    },
+    Psk(std::path::PathBuf),
+}
+
+impl TlsSettings {
+    pub fn resolve(f: TlsFlags, listen: Option<&str>) -> Result<TlsSettings> {
+        let credentials = match (f.cert, f.key, f.psk) {
+            (Some(_), Some(_), Some(_)) => {
+                bail!("--tls-cert/--tls-key and --tls-psk exclude each other: choose one")
+            }
+            (Some(cert), Some(key), None) => Some(TlsCredentials::X509 {
+                cert,
+                key,
+                client_ca: f.ca.clone(),
+            }),
+            (None, None, Some(psk)) => Some(TlsCredentials::Psk(psk)),
+            (None, None, None) => None,
+            _ => bail!("--tls-cert and --tls-key go together"),
+        };
+        if f.ca.is_some() && !matches!(credentials, Some(TlsCredentials::X509 { .. })) {
+            bail!("--tls-ca (client certificates) needs --tls-cert and --tls-key");
+        }
+        let policy = match (f.policy, &credentials) {
+            (None, Some(_)) => TlsPolicy::Require,
+            (None, None) => TlsPolicy::Off,
+            (Some(TlsPolicy::Off), Some(_)) => {
+                bail!("--tls off contradicts the TLS credentials given")
+            }
+            (Some(p @ (TlsPolicy::On | TlsPolicy::Require)), None) => bail!(
+                "--tls {} needs credentials: --tls-cert FILE --tls-key FILE, or --tls-psk FILE",
+                if p == TlsPolicy::On { "on" } else { "require" }
+            ),
+            (Some(p), _) => p,
+        };
+        if let Some(addr) = listen {
+            if policy != TlsPolicy::Require && !f.insecure {
+                bail!(
+                    "--listen {addr} without required TLS would let anyone who can reach it \
+                     read and overwrite the device, unencrypted. Give --tls-cert FILE --tls-key \
+                     FILE (X.509) or --tls-psk FILE (pre-shared keys), or add --insecure to serve \
+                     {} anyway (trusted networks only).",
+                    if policy == TlsPolicy::On {
+                        "plain-text clients"
+                    } else {
+                        "plain NBD"
+                    }
+                );
+            }
+        }
+        Ok(TlsSettings {
+            policy,
+            credentials,
+        })
+    }
+
+    pub fn required(&self) -> bool {
+        self.policy == TlsPolicy::Require
+    }
+
+    /// The URI scheme clients use.
+    pub fn scheme(&self) -> &'static str {
+        if self.required() {
+            "nbds"
+        } else {
+            "nbd"
+        }
+    }
+}
+
+/// The NBD server's configuration: defaults plus TLS (credentials are
+/// read here).
+fn nbd_config(s: &ServeSettings) -> Result<ServerConfig> {
+    use tiercache_nbd::{TlsConfig, TlsMode};
+    let tls = match &s.tls.credentials {
+        None => return Ok(ServerConfig::default()),
+        Some(TlsCredentials::X509 {
+            cert,
+            key,
+            client_ca,
+        }) => TlsConfig::x509_from_files(cert, key, client_ca.as_deref())
+            .context("loading the TLS certificate")?,
+        Some(TlsCredentials::Psk(file)) => {
+            TlsConfig::psk_from_file(file).context("loading the TLS pre-shared keys")?
+        }
+    };
+    log::info!(
+        "TLS {}: {}",
+        if s.tls.required() {
+            "required"
+        } else {
+            "optional"
+        },
+        tls.describe()
+    );
+    Ok(ServerConfig {
+        tls: match s.tls.policy {
+            TlsPolicy::Require => TlsMode::Required(tls),
+            _ => TlsMode::Optional(tls),
+        },
+        ..ServerConfig::default()
+    })
 }

@@ -1,0 +1,449 @@
+//! `tiercache serve` on the network: TCP needs TLS or an explicit
+//! `--insecure`; X.509 and pre-shared-key TLS with libnbd's tools as the
+//! clients; the control socket stays a private Unix socket and no TCP port
+//! but `--listen`'s is opened; thousands of idle connections do not grow
+//! the server's threads or lock a client out.
+
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn have(tool: &str, test: &str) -> bool {
+    let found = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .any(|d| Path::new(d).join(tool).is_file());
+    if !found {
+        eprintln!("SKIPPED {test}: `{tool}` is not installed (see scripts/install-deps.sh)");
+    }
+    found
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a command; true if it succeeded (output printed either way).
+fn succeeds(cmd: &mut Command) -> bool {
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.status.success()
+}
+
+fn tiercache() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tiercache"))
+}
+
+/// `tiercache serve` with `args` (a RAM backing device and cache), in `dir`.
+struct Served {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Served {
+    fn start(dir: &Path, args: &[&str]) -> Served {
+        let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+        let child = tiercache()
+            .args(["serve", "--backing", "mem:16M", "--cache", "mem:4M"])
+            .arg("--socket")
+            .arg(dir.join("nbd.sock"))
+            .args(args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut s = Served {
+            child,
+            dir: dir.to_path_buf(),
+        };
+        let start = Instant::now();
+        while !s.log().contains("tiercache: serving") {
+            if let Some(st) = s.child.try_wait().unwrap() {
+                panic!("serve exited with {st}: {}", s.log());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "serve did not start: {}",
+                s.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// TCP ports the server process listens on (IPv4 and IPv6).
+    fn listening_tcp_ports(&self) -> HashSet<u16> {
+        let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter_map(|l| {
+                let l = l.to_string_lossy().into_owned();
+                Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+            })
+            .collect();
+        let mut ports = HashSet::new();
+        for table in ["tcp", "tcp6"] {
+            let text =
+                std::fs::read_to_string(format!("/proc/{}/net/{table}", self.pid())).unwrap();
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local_address, state (0A = LISTEN), inode.
+                if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                    let port = f[1].rsplit(':').next().unwrap();
+                    ports.insert(u16::from_str_radix(port, 16).unwrap());
+                }
+            }
+        }
+        ports
+    }
+
+    fn stop(mut self) {
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "serve exited with {st}: {}", self.log());
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A CA, a server certificate for localhost/127.0.0.1, and libnbd's client
+/// directory layout (`ca-cert.pem`), made with the openssl command.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(dir: &Path, name: &str) -> Pki {
+        let d = dir.join(name);
+        std::fs::create_dir_all(d.join("client")).unwrap();
+        let ossl = |args: &[&str]| run(Command::new("openssl").current_dir(&d).args(args));
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509"];
+        ca.extend(ec);
+        ca.extend([
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tiercache test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        ossl(&ca);
+        let mut req = vec!["req"];
+        req.extend(ec);
+        req.extend([
+            "-keyout",
+            "server-key.pem",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ]);
+        ossl(&req);
+        std::fs::write(
+            d.join("ext.cnf"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
+             extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n",
+        )
+        .unwrap();
+        ossl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca-cert.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            "server-cert.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ]);
+        std::fs::set_permissions(
+            d.join("server-key.pem"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        std::fs::copy(d.join("ca-cert.pem"), d.join("client/ca-cert.pem")).unwrap();
+        Pki { dir: d }
+    }
+
+    fn path(&self, f: &str) -> String {
+        self.dir.join(f).display().to_string()
+    }
+}
+
+#[test]
+fn listen_needs_tls_or_insecure_and_tls_flags_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("x.sock");
+    let fails_with = |args: &[&str], needle: &str| {
+        let out = tiercache()
+            .args(["serve", "--backing", "mem:1M", "--socket"])
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    };
+    fails_with(&["--listen", "127.0.0.1:1"], "--insecure");
+    fails_with(&["--listen", "127.0.0.1:1", "--tls", "off"], "--insecure");
+    fails_with(
+        &["--listen", "127.0.0.1:1", "--tls", "on", "--tls-psk", "k"],
+        "--insecure",
+    );
+    fails_with(&["--tls-cert", "c.pem"], "--tls-key");
+    fails_with(&["--tls-key", "k.pem"], "--tls-key");
+    fails_with(&["--tls", "require"], "needs credentials");
+    fails_with(&["--tls-psk", "k", "--tls-ca", "ca.pem"], "--tls-ca");
+    fails_with(
+        &["--tls-cert", "c", "--tls-key", "k", "--tls-psk", "p"],
+        "exclude each other",
+    );
+    fails_with(&["--tls-psk", "k", "--tls", "off"], "contradicts");
+    // The same keys in a config file.
+    let cfg = dir.path().join("t.toml");
+    std::fs::write(
+        &cfg,
+        "backing = \"mem:1M\"\nlisten = \"127.0.0.1:1\"\ntls = \"on\"\n\
+         tls_psk = \"/nonexistent/from-config.psk\"\n",
+    )
+    .unwrap();
+    fails_with(&["--config", cfg.to_str().unwrap()], "--insecure");
+    fails_with(
+        &["--config", cfg.to_str().unwrap(), "--insecure"],
+        "/nonexistent/from-config.psk",
+    );
+    // Credentials are read at start: a missing file is named.
+    fails_with(
+        &[
+            "--listen",
+            "127.0.0.1:1",
+            "--tls-psk",
+            "/nonexistent/keys.psk",
+        ],
+        "/nonexistent/keys.psk",
+    );
+}
+
+#[test]
+fn insecure_listen_serves_plain_nbd_with_a_warning() {
+    if !have("nbdinfo", "insecure_listen") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let s = Served::start(dir.path(), &["--listen", &addr, "--insecure"]);
+    assert!(s.log().contains("WARNING"), "{}", s.log());
+    let size = run(Command::new("nbdinfo").args(["--size", &format!("nbd://{addr}/default")]));
+    assert_eq!(size.trim(), (16 * MIB).to_string());
+    s.stop();
+}
+
+#[test]
+fn x509_tls_serves_nbdinfo_and_nbdcopy_and_refuses_plain_clients() {
+    if !have("nbdinfo", "x509_tls") || !have("nbdcopy", "x509_tls") || !have("openssl", "x509_tls")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "pki");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let s = Served::start(
+        dir.path(),
+        &[
+            "--listen",
+            &addr,
+            "--tls-cert",
+            &pki.path("server-cert.pem"),
+            "--tls-key",
+            &pki.path("server-key.pem"),
+        ],
+    );
+    assert!(!s.log().contains("WARNING"), "{}", s.log());
+    assert!(
+        s.log().contains(&format!("nbds://{addr}/default")),
+        "{}",
+        s.log()
+    );
+    let uri = format!(
+        "nbds://{addr}/default?tls-certificates={}",
+        pki.path("client")
+    );
+    let size = run(Command::new("nbdinfo").args(["--size", &uri]));
+    assert_eq!(size.trim(), (16 * MIB).to_string());
+
+    let src = dir.path().join("src.img");
+    let back = dir.path().join("back.img");
+    let data: Vec<u8> = (0..16 * MIB).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    run(Command::new("nbdcopy").arg(&src).arg(&uri));
+    run(Command::new("nbdcopy").arg(&uri).arg(&back));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "data differs after the round trip"
+    );
+
+    assert!(!succeeds(
+        Command::new("nbdinfo").arg(format!("nbd://{addr}/default"))
+    ));
+    let other = Pki::new(dir.path(), "other");
+    assert!(!succeeds(Command::new("nbdinfo").arg(format!(
+        "nbds://{addr}/default?tls-certificates={}",
+        other.path("client")
+    ))));
+    // Only --listen's port is open; the control socket is a private Unix
+    // socket.
+    assert_eq!(s.listening_tcp_ports(), HashSet::from([port]));
+    s.stop();
+}
+
+#[test]
+fn psk_tls_serves_the_right_key_only() {
+    if !have("nbdinfo", "psk_tls") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.psk");
+    let alice = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    std::fs::write(&keys, format!("alice:{alice}\n")).unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let wrong = dir.path().join("wrong.psk");
+    std::fs::write(&wrong, format!("alice:{}\n", "ab".repeat(32))).unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let s = Served::start(
+        dir.path(),
+        &["--listen", &addr, "--tls-psk", keys.to_str().unwrap()],
+    );
+    let uri = |k: &Path| format!("nbds://alice@{addr}/default?tls-psk-file={}", k.display());
+    let size = run(Command::new("nbdinfo").args(["--size", &uri(&keys)]));
+    assert_eq!(size.trim(), (16 * MIB).to_string());
+    assert!(!succeeds(Command::new("nbdinfo").arg(uri(&wrong))));
+    assert!(!succeeds(
+        Command::new("nbdinfo").arg(format!("nbd://{addr}/default"))
+    ));
+    s.stop();
+}
+
+#[test]
+fn unix_sockets_are_private_no_tcp_port_opens_and_idle_crowds_stay_bounded() {
+    if !have("nbdinfo", "unix_private") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Served::start(dir.path(), &[]);
+    // SAFETY: getuid(2) has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    for f in ["nbd.sock", "nbd.ctl"] {
+        let md = std::fs::symlink_metadata(dir.path().join(f)).unwrap();
+        assert!(md.file_type().is_socket(), "{f}");
+        assert_eq!(md.permissions().mode() & 0o777, 0o600, "{f} mode");
+        assert_eq!(md.uid(), me, "{f} owner");
+    }
+    assert!(
+        s.listening_tcp_ports().is_empty(),
+        "no TCP port without --listen"
+    );
+
+    // 1500 connections that never speak: the server keeps at most its
+    // connection limit of them (one thread each while negotiating), and a
+    // real client still gets in.
+    let base = s.threads();
+    let sock = dir.path().join("nbd.sock");
+    let idle: Vec<UnixStream> = (0..1500)
+        .map(|_| UnixStream::connect(&sock).unwrap())
+        .collect();
+    let uri = format!("nbd+unix:///default?socket={}", sock.display());
+    let size = run(Command::new("nbdinfo").args(["--size", &uri]));
+    assert_eq!(size.trim(), (16 * MIB).to_string());
+    let peak = s.threads();
+    // 64 connection slots, at most 64 more on their way out, slack.
+    assert!(peak <= base + 2 * 64 + 16, "{peak} threads (from {base})");
+    // The oldest were closed by the server (after the greeting at most).
+    let mut first = &idle[0];
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    first
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    loop {
+        match first.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) => panic!("the oldest idle connection was left open: {e}"),
+        }
+    }
+    assert!(got <= 18);
+    drop(idle);
+    assert!(s.listening_tcp_ports().is_empty());
+    s.stop();
+}
