@@ -3,7 +3,7 @@
 # Idempotent: installs only what is missing. Needs root (or sudo).
 set -euo pipefail
 # libclang-dev: libublk-rs-sys (the ublk front end, crates/ublk) generates its kernel bindings with bindgen.
-packages=(fio libnbd-bin nbdkit qemu-utils e2fsprogs python3-libnbd fuse3 git util-linux pkg-config libfontconfig1-dev fonts-dejavu-core libclang-dev)
+packages=(fio libnbd-bin nbdkit qemu-utils e2fsprogs python3-libnbd fuse3 git util-linux pkg-config libfontconfig1-dev fonts-dejavu-core libclang-dev libssl-dev openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
