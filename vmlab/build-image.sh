@@ -146,7 +146,10 @@ for m in virtio_pci virtio_blk 9p 9pnet_virtio nbd ublk_drv bcache dm_cache dm_c
 done
 
 # 4. Trim and configure.
+# (python3 comes with fio for scripts the lab does not use; every MB less is
+# 40 ms less per boot, the kernel unpacking the initramfs under TCG.)
 rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,linda} "$root"/var/cache/apt/*.bin \
+  "$root"/usr/lib/python3* "$root"/usr/bin/python3* "$root"/usr/share/python3* \
   "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/debootstrap
 echo vmlab >"$root/etc/hostname"
 # LVM without udev (no udevd in the guest).

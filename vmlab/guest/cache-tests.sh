@@ -116,7 +116,7 @@ test_ext4_restart() {
   mount "$DEV" /mnt/fs
   step "writing a file tree"
   mkdir /mnt/fs/tree
-  cp -a /etc /usr/share/perl5 /usr/share/zoneinfo /usr/lib/python3.11/asyncio /usr/lib/python3.11/email /mnt/fs/tree/
+  cp -a /etc /usr/share/perl5 /usr/share/zoneinfo /usr/lib/x86_64-linux-gnu/perl-base /mnt/fs/tree/
   head -c 8M /dev/urandom >/mnt/fs/tree/random-8M # longer than the sequential cutoff
   for i in 1 2 3 4; do head -c $((i * 1000 + 4096 * i * i)) /dev/urandom >"/mnt/fs/tree/random-$i"; done
   (cd /mnt/fs && find tree -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) >"$OUT/tree.sha256"
