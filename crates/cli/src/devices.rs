@@ -33,9 +33,51 @@ pub fn open(spec: &str) -> Result<Arc<dyn BlockDevice>> {
     Ok(Arc::new(dev))
 }
 
+/// Bytes checked at each end of a device before formatting it.
+const SIGNATURE_SPAN: u64 = 1 << 20;
+
+/// Refuses to format a device that holds data: a cache device about to be
+/// formatted must read as zeros in its first and last MiB (a new file, a
+/// new or discarded SSD), as `make-bcache` refuses a device with a
+/// signature unless told to wipe it. Returns a message naming what was
+/// found and how to proceed.
+pub fn ensure_blank(dev: &dyn BlockDevice, spec: &str) -> Result<()> {
+    let size = dev.size();
+    let span = SIGNATURE_SPAN.min(size);
+    let mut buf = tiercache_device::AlignedBuf::new(span as usize);
+    for at in [0, size - span] {
+        dev.read_at(&mut buf, at)
+            .with_context(|| format!("reading {spec} at byte {at}"))?;
+        if let Some(i) = buf.iter().position(|&b| b != 0) {
+            let what = match tiercache_metadata::check(dev).problems.first() {
+                Some(p) if at == 0 && i < 4096 => format!(" ({})", p.message),
+                _ => String::new(),
+            };
+            bail!(
+                "{spec} is not blank: byte {} holds data{what}. Formatting it as a cache would \
+                 destroy that data. If it is really free, run `tiercache create --force` \
+                 (or wipe it first, e.g. `blkdiscard` or `truncate -s 0`)",
+                at + i as u64
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_blank_devices_may_be_formatted() {
+        let dev = MemDevice::new(4 << 20);
+        ensure_blank(&dev, "m").unwrap();
+        dev.write_at(&[1u8; 512], (4 << 20) - 512).unwrap();
+        let e = ensure_blank(&dev, "m").unwrap_err().to_string();
+        assert!(e.contains("not blank") && e.contains("--force"), "{e}");
+        let small = MemDevice::new(4096);
+        ensure_blank(&small, "s").unwrap();
+    }
 
     #[test]
     fn specs_open_or_explain() {

@@ -442,6 +442,9 @@ fn create(a: &CreateArgs) -> Result<()> {
             existing.dirty_entries
         );
     }
+    if !a.force {
+        devices::ensure_blank(&*cache, &a.cache)?;
+    }
     let cfg = tiercache_engine::EngineConfig {
         mode: a.mode,
         block_size: a.block_size as u32,

@@ -52,10 +52,18 @@ pub fn run(s: &ServeSettings) -> Result<()> {
                     log::warn!("{w}");
                 }
                 log::info!(
-                    "opened cache {cache_spec}: {} blocks restored ({} dirty) after a {} shutdown{}",
+                    "opened cache {cache_spec}: {} blocks restored ({} dirty) after a {} shutdown{}{}",
                     report.restored_blocks,
                     report.restored_dirty,
                     if report.was_clean_shutdown { "clean" } else { "unclean" },
+                    if report.was_clean_shutdown {
+                        String::new()
+                    } else {
+                        format!(
+                            "; {} clean blocks checked against their crc, {} clean claims dropped",
+                            report.verified_clean, report.dropped_clean
+                        )
+                    },
                     if report.was_detached { "; it had been detached, so it starts empty" } else { "" }
                 );
                 engine
@@ -70,6 +78,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
                     policy: s.policy.clone(),
                     ..EngineConfig::default()
                 };
+                crate::devices::ensure_blank(&*cache, cache_spec)?;
                 log::info!("formatting cache device {cache_spec} (--create)");
                 Engine::create(
                     backing.clone(),

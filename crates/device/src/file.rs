@@ -72,6 +72,26 @@ fn path_error(path: &Path, what: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {what}: {detail}", path.display()))
 }
 
+/// An OS error with what was being done, keeping the original (and so its
+/// errno, which NBD sends to clients: ENOSPC stays ENOSPC) as the source.
+#[derive(Debug)]
+struct WithContext {
+    message: String,
+    source: io::Error,
+}
+
+impl std::fmt::Display for WithContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.message, self.source)
+    }
+}
+
+impl std::error::Error for WithContext {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 fn invalid(path: &Path, msg: impl std::fmt::Display) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
@@ -241,13 +261,11 @@ impl FileDevice {
                 ),
             );
         }
-        io::Error::new(
-            e.kind(),
-            format!(
-                "{}: {what} of {len} bytes at offset {offset} failed: {e}",
-                self.path.display()
-            ),
-        )
+        let message = format!(
+            "{}: {what} of {len} bytes at offset {offset} failed",
+            self.path.display()
+        );
+        io::Error::new(e.kind(), WithContext { message, source: e })
     }
 
     fn pread(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -157,9 +157,30 @@ pub trait Export: Send + Sync {
     }
 }
 
+/// The operating system's error code of `e` or of the first error in its
+/// source chain that has one (an export may wrap the device's error).
+fn os_error_code(e: &io::Error) -> Option<i32> {
+    if let Some(code) = e.raw_os_error() {
+        return Some(code);
+    }
+    let mut next: Option<&(dyn std::error::Error + 'static)> = e
+        .get_ref()
+        .map(|inner| inner as &(dyn std::error::Error + 'static));
+    while let Some(err) = next {
+        if let Some(code) = err
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.raw_os_error())
+        {
+            return Some(code);
+        }
+        next = err.source();
+    }
+    None
+}
+
 /// Maps an export error to the NBD errno sent to the client.
 pub fn nbd_errno(e: &io::Error) -> u32 {
-    if let Some(code) = e.raw_os_error() {
+    if let Some(code) = os_error_code(e) {
         return match code {
             libc::EPERM | libc::EACCES | libc::EROFS => proto::EPERM,
             libc::EIO => proto::EIO,
@@ -415,6 +436,21 @@ mod tests {
             proto::EIO
         );
         assert_eq!(nbd_errno(&io::Error::other("x")), proto::EIO);
+        // A device error wrapped by the export keeps its errno.
+        #[derive(Debug)]
+        struct Wrapped(io::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "backing device: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let full = io::Error::other(Wrapped(io::Error::from_raw_os_error(libc::ENOSPC)));
+        assert_eq!(nbd_errno(&full), proto::ENOSPC);
         assert_eq!(
             nbd_errno(&io::Error::new(io::ErrorKind::InvalidInput, "x")),
             proto::EINVAL
