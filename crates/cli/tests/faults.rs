@@ -65,7 +65,13 @@ fn sha(path: &Path) -> Vec<u8> {
 }
 
 fn check_cache(cache: &str) -> (bool, String) {
-    let out = output(tiercache().arg("check").arg("--cache").arg(cache));
+    let out = output(
+        tiercache()
+            .arg("check")
+            .arg("--verify")
+            .arg("--cache")
+            .arg(cache),
+    );
     (
         out.status.success(),
         format!(
@@ -146,6 +152,7 @@ print('verified')\n"
     s.kill();
     let (ok, report) = check_cache(&c);
     assert!(ok, "check after the crash: {report}");
+    assert!(report.contains("clean with a crc"), "{report}");
     s.args = vec!["--block-size".into(), "4k".into()];
     s.restart();
     let out = s.nbdsh(&verify);
