@@ -56,6 +56,10 @@ const HARMLESS: &[&str] = &[
     "allrandrepeat",
 ];
 
+/// fio's own limit on the number of jobs (`REAL_MAX_JOBS`); every job is
+/// a generator in memory here, so larger counts are refused like fio does.
+pub const MAX_JOBS: u64 = 4096;
+
 /// Option name -> (value, line number).
 type Options = BTreeMap<String, (String, u64)>;
 
@@ -215,7 +219,16 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
                 w.block_size = size_of(first, line, k)?;
             }
             "size" => w.size = size_of(v, line, k)?,
-            "numjobs" => w.jobs = int_of(v, line, k)? as u32,
+            "numjobs" => {
+                let jobs = int_of(v, line, k)?;
+                if jobs > MAX_JOBS {
+                    return Err(err(
+                        line,
+                        format!("numjobs={v}: fio runs at most {MAX_JOBS} jobs"),
+                    ));
+                }
+                w.jobs = jobs as u32;
+            }
             "norandommap" => w.randommap = false,
             "randseed" => w.seed = int_of(v, line, k)?,
             "number_ios" => number_ios = Some(int_of(v, line, k)?),
@@ -243,9 +256,9 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
             if time_based {
                 notes.push(format!(
                     "time_based: simulating 10 passes over each file ({} IOs per job); set ios to change",
-                    10 * pass
+                    pass.saturating_mul(10)
                 ));
-                10 * pass
+                pass.saturating_mul(10)
             } else {
                 pass
             }

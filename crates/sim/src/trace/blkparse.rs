@@ -125,7 +125,9 @@ impl BlkparseParser {
             offset: sector
                 .checked_mul(SECTOR_SIZE)
                 .ok_or_else(|| format!("sector {sector} is out of range"))?,
-            len: count * SECTOR_SIZE,
+            len: count
+                .checked_mul(SECTOR_SIZE)
+                .ok_or_else(|| format!("sector count {count} is out of range"))?,
             access,
         }))
     }

@@ -1,8 +1,10 @@
 //! Trace readers: streaming iterators of [`Request`]s read from block IO
 //! traces in the common public formats.
 //!
-//! Every reader works in constant memory (one line at a time; the only state
-//! that grows is the table of volume names, one entry per volume), reads
+//! Every reader works in constant memory (one line at a time, at most
+//! [`MAX_LINE_BYTES`] long, so input without newlines fails instead of
+//! filling memory; the only state that grows is the table of volume names,
+//! one entry per volume), reads
 //! gzip- or zstd-compressed input directly (detected by magic bytes, not by
 //! file name), and reports a malformed line as [`Error::Parse`] with the
 //! 1-based line number.
@@ -235,6 +237,10 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// How much decompressed text format detection looks at.
 const SNIFF_BYTES: usize = 64 * 1024;
+/// The longest line a reader accepts, without its newline. Real trace lines
+/// are under 200 bytes; a longer one means binary or garbled input (or a
+/// decompression bomb without newlines) and is an [`Error::Parse`].
+pub const MAX_LINE_BYTES: usize = 1 << 20;
 
 /// Wraps `raw` in a decompressor if its first bytes are a gzip or zstd magic
 /// number.
@@ -452,8 +458,10 @@ impl TraceReader {
     fn next_request(&mut self) -> Result<Option<Request>> {
         loop {
             self.buf.clear();
-            let n = self
-                .input
+            // One byte over the limit tells a line of exactly MAX_LINE_BYTES
+            // plus its newline from a longer one.
+            let n = (&mut self.input)
+                .take(MAX_LINE_BYTES as u64 + 1)
                 .read_until(b'\n', &mut self.buf)
                 .map_err(|e| Error::io(&self.source_name, e))?;
             if n == 0 {
@@ -464,6 +472,13 @@ impl TraceReader {
             }
             self.line_no += 1;
             let line_no = self.line_no;
+            if n > MAX_LINE_BYTES && self.buf.last() != Some(&b'\n') {
+                return Err(Error::parse(
+                    &self.source_name,
+                    line_no,
+                    format!("line longer than {MAX_LINE_BYTES} bytes; is this a text trace?"),
+                ));
+            }
             let line = std::str::from_utf8(&self.buf).map_err(|_| {
                 Error::parse(&self.source_name, line_no, "line is not valid UTF-8 text")
             })?;
