@@ -212,6 +212,15 @@ fn run(engine: Arc<Engine>, cfg: CleanerConfig, sh: Arc<Shared>) {
                 continue;
             }
         }
+        if idle && n == 0 {
+            // Nothing to write back and no client: claim the clean blocks
+            // that lost their claim, so that they survive a crash too.
+            match engine.reclaim(256) {
+                Ok(k) if k > 0 => continue,
+                Ok(_) => {}
+                Err(e) => log::warn!("reclaim: {e}"),
+            }
+        }
         let mut g = sh.lock.lock();
         if !sh.stop.load(Ordering::SeqCst) {
             sh.wake.wait_for(&mut g, cfg.tick);

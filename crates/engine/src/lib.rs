@@ -103,6 +103,8 @@ pub struct Engine {
     slots: SlotStates,
     /// Crash-survival state of clean claims (see `claims.rs`).
     claims: claims::Claims,
+    /// Where [`Engine::reclaim`] goes on.
+    reclaim_cursor: std::sync::atomic::AtomicU32,
     clock: Arc<dyn Clock>,
     io: IoCounters,
     cache_failure: Mutex<Option<String>>,
@@ -162,6 +164,7 @@ impl Engine {
             locks: StripeLocks::new(),
             slots: SlotStates::new(capacity),
             claims: claims::Claims::new(capacity),
+            reclaim_cursor: std::sync::atomic::AtomicU32::new(0),
             clock,
             io: IoCounters::default(),
             cache_failure: Mutex::new(None),

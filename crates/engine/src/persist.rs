@@ -298,7 +298,7 @@ impl Engine {
 
     /// Claims slot `c` for clean block `b` whose content of generation
     /// `gen` has crc `crc` (see `claims.rs`). Does nothing if the slot
-    /// changed since. Call with the director's lock held.
+    /// changed since (returns false). Call with the director's lock held.
     pub(crate) fn record_clean_claim(
         &self,
         d: &tiercache_policy::Director,
@@ -306,9 +306,9 @@ impl Engine {
         c: CacheBlock,
         gen: u32,
         crc: u32,
-    ) {
+    ) -> bool {
         if self.persist.is_none() || !self.claims.set_claimed(c, gen) {
-            return;
+            return false;
         }
         self.push_pending(Pending {
             slot: c.0,
@@ -321,6 +321,7 @@ impl Engine {
             claim_gen: Some(gen),
             zombie: None,
         });
+        true
     }
 
     /// Block `b` (`None`: nothing) left slot `c`, by eviction or
@@ -358,6 +359,72 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Claims, with a crc read from the cache device, up to `max_blocks`
+    /// cached clean blocks that have no clean claim (written in
+    /// writethrough since their claim, or restored without a crc), so that
+    /// they too come back warm after a crash. Walks the slots round-robin
+    /// from where the last call stopped, at most once around. Returns how
+    /// many blocks it claimed. The cleaner calls it when the devices idle.
+    pub fn reclaim(&self, max_blocks: usize) -> Result<usize> {
+        if self.persist.is_none() || self.cache_failure.lock().is_some() {
+            return Ok(0);
+        }
+        let capacity = self.slots.len() as u32;
+        let mut cursor = self
+            .reclaim_cursor
+            .load(std::sync::atomic::Ordering::Relaxed)
+            % capacity;
+        let mut buf = AlignedBuf::new(self.block_size as usize);
+        let mut claimed = 0;
+        for _ in 0..capacity {
+            if claimed >= max_blocks {
+                break;
+            }
+            let c = CacheBlock(cursor);
+            cursor = (cursor + 1) % capacity;
+            if self.claims.load(c) & claims::CLAIMED != 0 {
+                continue;
+            }
+            let candidate = {
+                let d = self.director.lock();
+                let r = d.replacement();
+                r.oblock_of(c).filter(|&o| !r.is_dirty(o))
+            };
+            let Some(o) = candidate else { continue };
+            // Shared stripe lock: no in-place write of the block (those
+            // take it exclusively) while its content is read and claimed.
+            let _locked = self.locks.shared(o.0..o.0 + 1);
+            let gen = {
+                let d = self.director.lock();
+                let r = d.replacement();
+                if r.lookup(o) != Some(c) || r.is_dirty(o) || !self.slots.try_pin(c) {
+                    continue;
+                }
+                claims::generation(self.claims.load(c))
+            };
+            let (start, end) = self.block_span(o.0);
+            let n = (end - start) as usize;
+            let read = self.cache.read_at(&mut buf[..n], self.slot_offset(c));
+            self.slots.unpin(c);
+            if let Err(e) = read {
+                self.cache_error(&e, false);
+                continue;
+            }
+            let crc = crc32c::crc32c(&buf[..n]);
+            let d = self.director.lock();
+            let r = d.replacement();
+            if r.lookup(o) == Some(c)
+                && !r.is_dirty(o)
+                && self.record_clean_claim(&d, o, c, gen, crc)
+            {
+                claimed += 1;
+            }
+        }
+        self.reclaim_cursor
+            .store(cursor, std::sync::atomic::Ordering::Relaxed);
+        Ok(claimed)
     }
 
     /// The record for a block that just became dirty in slot `c`.

@@ -117,6 +117,11 @@ impl SlotStates {
         Some(guard)
     }
 
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.state.len()
+    }
+
     pub fn memory_bytes(&self) -> usize {
         self.state.len() * 4 + FILL_STRIPES
     }

@@ -49,6 +49,8 @@ struct Shared {
     started: Vec<AtomicU64>,
     completed: Vec<AtomicU64>,
     stop: AtomicBool,
+    /// Reads completed by all readers so far.
+    reads: AtomicU64,
 }
 
 fn writer(sh: &Shared, id: usize, seed: u64, seq: &AtomicU64) {
@@ -109,6 +111,7 @@ fn reader(sh: &Shared, seed: u64) -> u64 {
             );
         }
         reads += 1;
+        sh.reads.fetch_add(1, Ordering::Relaxed);
     }
     reads
 }
@@ -128,6 +131,7 @@ fn hammer(
         started: (0..TOTAL).map(|_| AtomicU64::new(0)).collect(),
         completed: (0..TOTAL).map(|_| AtomicU64::new(0)).collect(),
         stop: AtomicBool::new(false),
+        reads: AtomicU64::new(0),
     });
     let seq = Arc::new(AtomicU64::new(1));
     std::thread::scope(|scope| {
@@ -169,6 +173,14 @@ fn hammer(
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(iterations_ms));
+        // On a loaded machine the readers may have had little CPU: give them
+        // time (bounded) to make real progress before stopping.
+        let patience = std::time::Instant::now();
+        while sh.reads.load(Ordering::Relaxed) < 50
+            && patience.elapsed() < std::time::Duration::from_secs(30)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         sh.stop.store(true, Ordering::Relaxed);
         op.join().unwrap();
         let total_reads: u64 = readers.into_iter().map(|h| h.join().unwrap()).sum();

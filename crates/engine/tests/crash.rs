@@ -53,6 +53,7 @@ enum Op {
     },
     Flush,
     Clean(usize),
+    Reclaim,
     SetMode(CacheMode),
 }
 
@@ -64,6 +65,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => range.prop_map(|(sector, sectors)| Op::Read { sector, sectors }),
         2 => Just(Op::Flush),
         1 => (1usize..6).prop_map(Op::Clean),
+        1 => Just(Op::Reclaim),
         1 => prop::sample::select(vec![CacheMode::WriteBack, CacheMode::WriteThrough, CacheMode::WriteAround])
             .prop_map(Op::SetMode),
     ]
@@ -174,6 +176,9 @@ fn run(
                 }
                 Op::Clean(n) => {
                     engine.clean(n).unwrap();
+                }
+                Op::Reclaim => {
+                    engine.reclaim(8).unwrap();
                 }
                 Op::SetMode(m) => engine.set_mode(m).unwrap(),
             }
