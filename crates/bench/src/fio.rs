@@ -151,6 +151,19 @@ impl Measured {
             .map(|&(_, v)| v)
     }
 
+    /// Mean IOPS of the IOPS-log windows in the second half of the run
+    /// (after any warm-up); None without IOPS logs.
+    pub fn second_half_iops(&self) -> Option<f64> {
+        let end = self.series.last()?.0;
+        let late: Vec<f64> = self
+            .series
+            .iter()
+            .filter(|p| p.0 > end / 2.0)
+            .map(|p| p.1)
+            .collect();
+        (!late.is_empty()).then(|| late.iter().sum::<f64>() / late.len() as f64)
+    }
+
     /// Share (0..=1) of IOs that completed within `ns`, from the histogram.
     pub fn share_within(&self, ns: u64) -> f64 {
         let total: u64 = self.clat_bins.iter().map(|b| b.1).sum();
@@ -306,6 +319,12 @@ mod tests {
         assert_eq!(m.pct(99.0), Some(900));
         assert!((m.share_within(900) - 0.99).abs() < 1e-12);
         assert!((m.share_within(99) - 0.0).abs() < 1e-12);
+        assert_eq!(m.second_half_iops(), None);
+        let m = Measured {
+            series: vec![(0.5, 10.0), (1.0, 20.0), (1.5, 100.0), (2.0, 300.0)],
+            ..Measured::default()
+        };
+        assert_eq!(m.second_half_iops(), Some(200.0));
     }
 
     #[test]

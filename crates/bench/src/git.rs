@@ -7,12 +7,13 @@
 //! nbdfuse exposes the export as a file, losetup makes it a loop device,
 //! mkfs.ext4 and mount. "Caches dropped" means the whole stack is taken
 //! down and put up again (umount, losetup -d, fusermount3 -u, then attach
-//! and mount again) while the server keeps running: that empties ext4's,
-//! the loop device's and the FUSE file's page caches, and works where
+//! and mount again) while the server keeps running: that empties ext4's
+//! and the loop device's page caches (the loop device uses direct IO, so
+//! the FUSE file has none), and works where
 //! writing /proc/sys/vm/drop_caches is not allowed (containers). The
 //! tiercache server keeps its cache, as the study's did.
 
-use crate::procs::{have, Server};
+use crate::procs::{have, Server, Stats};
 use crate::{report::fmt_bytes, BenchArgs, Settings};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -21,6 +22,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Planned seconds of the git workload, for the progress bar.
+pub const PLANNED_SECS: f64 = 180.0;
 
 /// A word no generated file contains.
 const ABSENT_WORD: &str = "zyzzogeton";
@@ -31,6 +35,11 @@ pub struct GitRun {
     pub clone_secs: f64,
     /// Seconds of each `git grep -q` (cold page cache each).
     pub grep_secs: Vec<f64>,
+    /// tiercache only: its counters over all the greps (block reads, hit
+    /// ratio, IOs bypassed as sequential).
+    pub grep_reads: Option<u64>,
+    pub grep_hit_ratio: Option<f64>,
+    pub grep_bypassed_ios: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -38,7 +47,10 @@ pub struct GitResults {
     pub files: usize,
     pub commits: usize,
     pub repo_bytes: u64,
+    /// Bytes of the checked-out work tree plus .git, on ext4.
+    pub checkout_bytes: u64,
     pub device_size: u64,
+    pub cache_size: u64,
     pub runs: Vec<GitRun>,
     /// Why the workload did not run, if it did not.
     pub skipped: Option<String>,
@@ -53,25 +65,37 @@ impl GitResults {
         }
         let _ = writeln!(
             s,
-            "A generated repository ({} files, {} commits, {} packed) cloned from a local bare \
-             repository onto ext4 on a {} device (clone time includes `sync`), then `git grep -q \
-             {ABSENT_WORD}` (absent, so every file is read) with the page cache emptied before \
-             each run. tiercache keeps its cache across the greps, as in the study.\n",
+            "A generated repository ({} files, {} commits, {} packed; {} on ext4 after the \
+             checkout) cloned from a local bare repository onto ext4 on a {} device (clone time \
+             includes `sync`), then `git grep -q {ABSENT_WORD}` (absent, so every file is read) \
+             with every cache above the device emptied before each run (umount, loop and FUSE \
+             detached). tiercache ({} cache file, default policy and mode) keeps its cache across \
+             the greps, as in the study.\n",
             self.files,
             self.commits,
             fmt_bytes(self.repo_bytes),
-            fmt_bytes(self.device_size)
+            fmt_bytes(self.checkout_bytes),
+            fmt_bytes(self.device_size),
+            fmt_bytes(self.cache_size),
         );
         let _ = writeln!(
             s,
-            "| configuration | clone | first git grep | git grep, median of the rest |"
+            "| configuration | clone | first git grep | git grep, median of the rest | tiercache counters over the greps |"
         );
-        s.push_str("|---|---:|---:|---:|\n");
+        s.push_str("|---|---:|---:|---:|---|\n");
         for r in &self.runs {
             let rest = median(r.grep_secs.get(1..).unwrap_or(&[]));
+            let counters = match (r.grep_reads, r.grep_hit_ratio, r.grep_bypassed_ios) {
+                (Some(n), h, b) => format!(
+                    "{n} block reads, hit ratio {}, {} IOs bypassed (sequential)",
+                    crate::report::fmt_ratio(h),
+                    b.unwrap_or(0)
+                ),
+                _ => "-".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {:.2} s | {} | {} |",
+                "| {} | {:.2} s | {} | {} | {counters} |",
                 r.label,
                 r.clone_secs,
                 r.grep_secs
@@ -127,13 +151,20 @@ pub fn run(
     say: &mut dyn FnMut(&str),
 ) -> Result<GitResults> {
     let files = args.git_files.max(10);
-    let commits = 50;
-    let device_size = (128u64 << 20).max(st.cache_size * 2);
+    let commits = 20;
+    // Large enough for ext4 to spread directories over several block
+    // groups (128 MiB each), as on a real disk, so the slow device seeks;
+    // sparse, so it costs nothing. The cache holds a quarter of it (the
+    // study: 4 GiB for a 50 GiB disk and a 1-2 GiB repository).
+    let device_size = 1u64 << 30;
+    let cache_size = (device_size / 4).max(st.cache_size);
     let mut res = GitResults {
         files,
         commits,
         repo_bytes: 0,
+        checkout_bytes: 0,
         device_size,
+        cache_size,
         runs: Vec::new(),
         skipped: None,
     };
@@ -157,9 +188,10 @@ pub fn run(
     for (label, hdd, cached) in configs {
         let dev = dir.join("device.img");
         let cache = dir.join("cache.img");
-        for (p, size) in [(&dev, device_size), (&cache, st.cache_size)] {
-            let _ = std::fs::remove_file(p);
-            std::fs::File::create(p)?.set_len(size)?;
+        let _ = std::fs::remove_file(&dev);
+        std::fs::File::create(&dev)?.set_len(device_size)?;
+        if cached {
+            crate::blank_device_file(&cache, cache_size)?;
         }
         let mut sargs = vec![
             "--backing".to_string(),
@@ -179,7 +211,8 @@ pub fn run(
         }
         let server = Server::tiercache(exe, &dir, "git", &sargs)?;
         match measure(&server, &dir, &src, args.git_greps.max(1)) {
-            Ok((clone_secs, grep_secs)) => {
+            Ok((clone_secs, grep_secs, checkout, counters)) => {
+                res.checkout_bytes = res.checkout_bytes.max(checkout);
                 say(&format!(
                     "  git, {label}: clone {clone_secs:.2} s, greps {:?}",
                     grep_secs
@@ -191,6 +224,9 @@ pub fn run(
                     label: label.to_string(),
                     clone_secs,
                     grep_secs,
+                    grep_reads: counters.map(|c| c.read_hits + c.read_misses),
+                    grep_hit_ratio: counters.and_then(|c| c.hit_ratio()),
+                    grep_bypassed_ios: counters.map(|c| c.bypassed_ios),
                 });
             }
             Err(e) => {
@@ -207,8 +243,14 @@ pub fn run(
     Ok(res)
 }
 
-/// Clone time and grep times on one served device.
-fn measure(s: &Server, dir: &Path, src: &Path, greps: usize) -> Result<(f64, Vec<f64>)> {
+/// Clone time, grep times, bytes used on ext4 after the clone, and (for a
+/// cached server) its counters over the greps.
+fn measure(
+    s: &Server,
+    dir: &Path,
+    src: &Path,
+    greps: usize,
+) -> Result<(f64, Vec<f64>, u64, Option<Stats>)> {
     let mnt = dir.join("fuse");
     let fs = dir.join("fs");
     std::fs::create_dir_all(&mnt)?;
@@ -231,6 +273,8 @@ fn measure(s: &Server, dir: &Path, src: &Path, greps: usize) -> Result<(f64, Vec
     )?;
     run_ok(Command::new("sync").arg("-f").arg(&repo))?;
     let clone_secs = t.elapsed().as_secs_f64();
+    let checkout = used_bytes(&fs);
+    let before = s.control.as_ref().map(|_| s.stats()).transpose()?;
     let mut times = Vec::new();
     for _ in 0..greps {
         stack.release();
@@ -251,7 +295,27 @@ fn measure(s: &Server, dir: &Path, src: &Path, greps: usize) -> Result<(f64, Vec
         times.push(secs);
     }
     stack.release();
-    Ok((clone_secs, times))
+    let counters = match before {
+        Some(b) => Some(s.stats()?.since(&b)),
+        None => None,
+    };
+    Ok((clone_secs, times, checkout, counters))
+}
+
+/// Bytes in use on the filesystem mounted at `p` (df).
+fn used_bytes(p: &Path) -> u64 {
+    Command::new("df")
+        .args(["-B1", "--output=used"])
+        .arg(p)
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .nth(1)
+                .and_then(|l| l.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// nbdfuse + loop device + mount, undone in reverse order on release/drop.
@@ -287,8 +351,12 @@ impl Stack {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.fuse = Some((mnt.to_path_buf(), child));
+        // Direct IO: the loop device reads the FUSE file without its page
+        // cache, whose readahead would otherwise act as device-wide
+        // readahead (one 128 KiB read bringing in dozens of small files),
+        // which a real block device does not do.
         let out = Command::new("losetup")
-            .args(["-f", "--show"])
+            .args(["-f", "--show", "--direct-io=on"])
             .arg(mnt.join("nbd"))
             .output()?;
         if !out.status.success() {

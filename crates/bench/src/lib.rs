@@ -8,17 +8,31 @@
 //! |---|---|
 //! | fast device alone | `tiercache serve --backing FAST` (a file, no cache) |
 //! | slow device alone | `tiercache serve --backing hdd:BACKING` (emulated HDD, no cache) |
-//! | tiercache, empty cache | `tiercache serve --backing hdd:BACKING --cache CACHE` |
-//! | tiercache, full of stale data | the same, after reading another region first |
-//! | nbdkit cache filter, empty / stale | `nbdkit --filter=cache nbd` in front of the slow device alone |
+//! | tiercache, empty cache / full of stale data | `tiercache serve --backing hdd:BACKING --cache CACHE` (O_DIRECT file) |
+//! | tiercache (RAM cache), ... | the same with `--cache mem:SIZE` |
+//! | nbdkit cache filter (memory-capped), ... | `nbdkit --filter=cache nbd` in front of the slow device alone, in a memory cgroup as large as tiercache's own memory |
+//! | nbdkit cache filter (in page cache), ... | the same without the cap: its cache file lives in the page cache, i.e. RAM |
 //!
-//! The backing device holds two regions: A (the junk, `max(data, cache)`
-//! bytes) and B (the data every measured run reads). "Full of stale data"
-//! means: first every block of region A is read once (the cache is then
-//! full), then the study's job runs over region A for `junk_runtime` (the
-//! junk is *hot*, as the study's first run left it), and only then is
-//! region B measured. fio's nbd engine has no files, so regions stand in
-//! for the study's deleted and new files.
+//! nbdkit keeps its cache in a temporary file written through the page
+//! cache; on an idle machine that file is RAM. The like-for-like peer of
+//! tiercache's O_DIRECT file cache is therefore nbdkit with the same memory
+//! budget (its RSS and page cache together capped at tiercache's peak RSS,
+//! its cache file on the fast device's filesystem), and the peer of
+//! tiercache's RAM cache is nbdkit uncapped.
+//!
+//! The backing device holds two regions: A (`max(data, cache)` bytes) and
+//! B (`data` bytes). Each cached server measures two runs, as the study's
+//! two runs met the cache: "empty cache" reads A's first `data` bytes from
+//! a fresh cache, then every block of A is read once (the cache is then
+//! full of A), then "full of stale data" reads B. fio's nbd engine has no
+//! files, so regions stand in for the study's deleted and new files.
+//!
+//! The machine may be shared and noisy, so every configuration runs
+//! `repeats` times, interleaved: each round runs every configuration once
+//! (odd rounds in reverse order), the table shows min/median/max, and every
+//! target is judged on the median of the per-round ratios (the two sides of
+//! a ratio ran minutes apart at most). Each run also records the share of
+//! the machine's CPU that other processes used meanwhile.
 //!
 //! Results go to `out_dir`: `REPORT.md` (table, targets, plots),
 //! `results.json`, merged IOPS logs as CSV, and PNG plots. Device files
@@ -32,10 +46,10 @@ mod progress;
 mod report;
 
 pub use fio::{merge_iops_logs, parse_json, Measured, PERCENTILES};
-pub use report::{RunResult, SweepPoint};
+pub use report::{median, Repeat, RunResult, SweepPoint};
 
 use anyhow::{bail, Context, Result};
-use procs::Server;
+use procs::{CpuMeter, MemCgroup, Server, Stats};
 use progress::Progress;
 use serde::Serialize;
 use std::io::Write;
@@ -53,18 +67,19 @@ pub struct BenchArgs {
     /// 40M (5G with --full).
     #[arg(long, value_parser = parse_size_arg)]
     pub cache_size: Option<u64>,
-    /// Seconds each measured run lasts. Default 20 (1800 with --full).
+    /// Seconds each measured run lasts. Default 10 (1800 with --full).
     #[arg(long)]
     pub runtime: Option<u64>,
-    /// Seconds of the study's job over the junk region before a "full of
-    /// stale data" run. Default: half of --runtime.
+    /// Rounds: every configuration runs once per round, rounds
+    /// interleave the configurations, and targets are judged on medians.
+    /// Default 3 (1 with --full).
     #[arg(long)]
-    pub junk_runtime: Option<u64>,
+    pub repeats: Option<usize>,
     /// Cache block size of tiercache and nbdkit's cache filter.
     #[arg(long, default_value = "64k", value_parser = parse_size_arg)]
     pub block_size: u64,
     /// Where device files and fio outputs go (a disk, not tmpfs: the fast
-    /// device is a file here).
+    /// device is a file here, and nbdkit's cache file goes here too).
     #[arg(long, default_value = "/var/tmp/tiercache-bench")]
     pub work_dir: PathBuf,
     /// Where REPORT.md, the PNGs and results.json go. Default:
@@ -84,9 +99,14 @@ pub struct BenchArgs {
     /// Skip nbdkit's cache filter.
     #[arg(long)]
     pub no_nbdkit: bool,
-    /// Skip the reference runs of tiercache with its cache in RAM
-    /// (`mem:`), the like-for-like comparison with nbdkit, whose cache file
-    /// lives in the kernel's page cache.
+    /// Memory cap (RSS + page cache) of the memory-capped nbdkit. Default:
+    /// the peak RSS of tiercache serve with its file cache in the first
+    /// round, i.e. the same memory budget.
+    #[arg(long, value_parser = parse_size_arg)]
+    pub nbdkit_memory: Option<u64>,
+    /// Skip the runs of tiercache with its cache in RAM (`mem:`), the
+    /// like-for-like comparison with nbdkit's uncapped, page-cache-backed
+    /// cache file.
     #[arg(long)]
     pub no_ram_cache: bool,
     /// Also sweep the data size against the fixed cache size.
@@ -101,8 +121,8 @@ pub struct BenchArgs {
         requires = "sweep"
     )]
     pub sweep_factors: Vec<f64>,
-    /// Seconds each sweep point is measured (after as long again, halved,
-    /// to fill the cache). Default: --runtime.
+    /// Seconds each sweep point is measured (after half as long filling
+    /// the cache). Default: --runtime.
     #[arg(long)]
     pub sweep_runtime: Option<u64>,
     /// Also run the git workload (clone and `git grep`) on ext4 over the
@@ -110,7 +130,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub git: bool,
     /// Files in the generated git repository.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 6000)]
     pub git_files: usize,
     /// `git grep` runs (cold page cache each) per configuration.
     #[arg(long, default_value_t = 5)]
@@ -134,10 +154,10 @@ pub struct Settings {
     pub cache_size: u64,
     pub block_size: u64,
     pub runtime: u64,
-    pub junk_runtime: u64,
+    pub repeats: usize,
     pub sweep_runtime: u64,
     pub log_msec: u64,
-    /// Bytes of the junk region A (region B, the data, follows it).
+    /// Bytes of region A (region B, as large as the data, follows it).
     pub junk_size: u64,
 }
 
@@ -147,7 +167,8 @@ impl Settings {
         const M: u64 = 1 << 20;
         let data = a.data_size.unwrap_or(if a.full { 4 * G } else { 32 * M });
         let cache = a.cache_size.unwrap_or(if a.full { 5 * G } else { 40 * M });
-        let runtime = a.runtime.unwrap_or(if a.full { 1800 } else { 20 });
+        let runtime = a.runtime.unwrap_or(if a.full { 1800 } else { 10 });
+        let repeats = a.repeats.unwrap_or(if a.full { 1 } else { 3 });
         let bs = a.block_size;
         if !(4096..=1 << 20).contains(&bs) || !bs.is_power_of_two() {
             bail!("--block-size {bs} must be a power of two from 4k to 1M");
@@ -160,8 +181,14 @@ impl Settings {
         if runtime == 0 {
             bail!("--runtime must be at least 1 second");
         }
+        if repeats == 0 {
+            bail!("--repeats must be at least 1");
+        }
         if a.log_msec == 0 {
             bail!("--log-msec must be positive");
+        }
+        if a.sweep_factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+            bail!("--sweep-factors must be positive numbers");
         }
         let data = data / unit * unit;
         let cache = cache / bs * bs;
@@ -170,7 +197,7 @@ impl Settings {
             cache_size: cache,
             block_size: bs,
             runtime,
-            junk_runtime: a.junk_runtime.unwrap_or(runtime.div_ceil(2)),
+            repeats,
             sweep_runtime: a.sweep_runtime.unwrap_or(runtime),
             log_msec: a.log_msec,
             junk_size: data.max(cache).div_ceil(unit) * unit,
@@ -264,36 +291,84 @@ fn variants(a: &BenchArgs) -> Vec<Variant> {
 pub struct Results {
     pub settings: Settings,
     pub variants: Vec<Variant>,
+    /// One row per configuration, in table order; each holds its repeats.
     pub runs: Vec<RunResult>,
     pub sweep: Vec<SweepPoint>,
     /// Completion latency (ns) at or below which an IO counts as served at
-    /// fast-device latency: the fast device's own p99.
+    /// fast-device latency: the fast device's own p99 (its median run).
     pub fast_threshold_ns: u64,
+    /// The memory cap of the memory-capped nbdkit, if it ran.
+    pub nbdkit_memory_cap: Option<u64>,
     pub git: Option<git::GitResults>,
     pub notes: Vec<String>,
+    /// Wall-clock seconds of the whole benchmark.
+    pub elapsed_secs: f64,
 }
 
 impl Results {
-    /// Mean IOPS of the fast-device runs (measured first and last).
+    /// Median IOPS of the fast device's repeats.
     pub fn fast_iops(&self) -> Option<f64> {
-        let v: Vec<f64> = self
-            .runs
-            .iter()
-            .filter(|r| r.kind == report::Kind::Fast)
-            .map(|r| r.measured.iops)
-            .collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        self.fast_row().map(|r| r.median_iops())
+    }
+
+    pub fn fast_row(&self) -> Option<&RunResult> {
+        self.runs.iter().find(|r| r.kind == report::Kind::Fast)
     }
 }
+
+/// One configuration measured once per round.
+#[derive(Clone, Debug)]
+enum Config {
+    Fast,
+    /// Index into the variants.
+    Tiercache(usize),
+    /// nbdkit's cache filter; `capped`: in a memory cgroup.
+    Nbdkit {
+        capped: bool,
+    },
+}
+
+/// A table row while its repeats are being collected.
+struct Row {
+    label: String,
+    kind: report::Kind,
+    stale: bool,
+    ram_cache: bool,
+    memory_capped: bool,
+    samples: Vec<report::Sample>,
+}
+
+impl Row {
+    fn new(label: &str, kind: report::Kind, stale: bool) -> Row {
+        Row {
+            label: label.to_string(),
+            kind,
+            stale,
+            ram_cache: false,
+            memory_capped: false,
+            samples: Vec::new(),
+        }
+    }
+}
+
+fn state_label(stale: bool) -> &'static str {
+    if stale {
+        "full of stale data"
+    } else {
+        "empty cache"
+    }
+}
+
+const NBDKIT_CAPPED: &str = "nbdkit cache filter (memory-capped)";
+const NBDKIT_PAGE_CACHE: &str = "nbdkit cache filter (in page cache)";
 
 /// Runs the benchmark; `tiercache_exe` is the `tiercache` executable whose
 /// `serve` command provides every configuration but nbdkit's.
 pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
     let st = Settings::resolve(args)?;
-    for tool in ["fio"] {
-        if !procs::have(tool) {
-            bail!("{tool} is not installed (run `make deps` or scripts/install-deps.sh)");
-        }
+    if !procs::have("fio") {
+        bail!("fio is not installed (run `make deps` or scripts/install-deps.sh)");
     }
     let work = args.work_dir.clone();
     let out = args.out_dir.clone().unwrap_or_else(|| work.join("report"));
@@ -309,35 +384,97 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
             "nbdkit is not installed: its cache filter was not measured (`make deps`).".into(),
         );
     }
+    // Whether a memory cgroup can be made here (root, controller present).
+    let memcg = nbdkit
+        && match MemCgroup::create("probe", 1 << 30) {
+            Ok(_) => true,
+            Err(e) => {
+                notes.push(format!(
+                    "the memory-capped nbdkit was not measured: {e:#}; tiercache's file cache has no like-for-like peer in this run"
+                ));
+                false
+            }
+        };
 
-    // The plan, for the progress bar: (label, planned seconds).
-    let fill_secs = 5.0 + st.junk_size as f64 / st.block_size as f64 / 150.0;
-    let stale_secs = fill_secs + (st.junk_runtime + st.runtime) as f64;
-    let mut plan: Vec<f64> = vec![5.0, st.runtime as f64, st.runtime as f64];
-    plan.push(st.runtime as f64); // The fast device again, at the end.
-    for _ in &vars {
-        plan.push(st.runtime as f64);
-        plan.push(stale_secs);
+    // The configurations of a round, in forward order.
+    let mut configs = vec![Config::Fast];
+    configs.extend((0..vars.len()).map(Config::Tiercache));
+    if memcg {
+        configs.push(Config::Nbdkit { capped: true });
     }
     if nbdkit {
-        plan.push(st.runtime as f64);
-        plan.push(stale_secs);
+        configs.push(Config::Nbdkit { capped: false });
     }
-    if args.sweep {
-        for _ in &args.sweep_factors {
-            plan.push((st.sweep_runtime + st.sweep_runtime.div_ceil(2)) as f64 + 2.0);
+
+    // The table rows, in table order.
+    let only_default = vars.iter().filter(|v| !v.ram).count() == 1;
+    let mut rows = vec![
+        Row::new("fast device alone", report::Kind::Fast, false),
+        Row::new("slow device alone (HDD model)", report::Kind::Slow, false),
+    ];
+    for v in &vars {
+        for stale in [false, true] {
+            let mut r = Row::new(
+                &format!("{}, {}", v.label(only_default), state_label(stale)),
+                report::Kind::Tiercache,
+                stale,
+            );
+            r.ram_cache = v.ram;
+            rows.push(r);
         }
     }
+    for (on, capped, name) in [
+        (memcg, true, NBDKIT_CAPPED),
+        (nbdkit, false, NBDKIT_PAGE_CACHE),
+    ] {
+        if on {
+            for stale in [false, true] {
+                let mut r = Row::new(
+                    &format!("{name}, {}", state_label(stale)),
+                    report::Kind::Nbdkit,
+                    stale,
+                );
+                r.memory_capped = capped;
+                rows.push(r);
+            }
+        }
+    }
+
+    // The plan, for the progress bar: (label, planned seconds).
+    let t = st.runtime as f64;
+    let fill_secs = 2.0 + st.junk_size as f64 / st.block_size as f64 / 150.0;
+    let pair_secs = 2.0 * t + fill_secs + 1.0;
+    let round_secs: f64 = configs
+        .iter()
+        .map(|c| match c {
+            Config::Fast => t + 1.0,
+            _ => pair_secs,
+        })
+        .sum();
+    let mut plan: Vec<f64> = vec![5.0, t + 1.0];
+    for _ in 0..st.repeats {
+        plan.extend(configs.iter().map(|c| match c {
+            Config::Fast => t + 1.0,
+            _ => pair_secs,
+        }));
+    }
+    let sweep_point_secs = (st.sweep_runtime + st.sweep_runtime.div_ceil(2)) as f64 + 2.0;
+    if args.sweep {
+        plan.extend(args.sweep_factors.iter().map(|_| sweep_point_secs));
+    }
     if args.git {
-        plan.push(120.0);
+        plan.push(git::PLANNED_SECS);
     }
     let mut prog = Progress::new(plan.iter().sum(), plan.len());
     prog.println(&format!(
-        "tiercache bench: data {} (2 jobs), cache {}, blocks {}, {} s per run; work dir {}",
+        "tiercache bench: data {} (2 jobs), cache {}, blocks {}, {} s per run, {} round(s) of {} configurations (~{:.0} s each); work dir {}",
         report::fmt_bytes(st.data_size),
         report::fmt_bytes(st.cache_size),
         report::fmt_bytes(st.block_size),
         st.runtime,
+        st.repeats,
+        configs.len(),
+        round_secs,
         work.display()
     ));
 
@@ -353,91 +490,78 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
         runs: runs_dir.clone(),
         st: st.clone(),
     };
-    let mut runs = Vec::new();
 
-    prog.step("fast device alone", st.runtime as f64);
-    let m = ctx.baseline(&format!("{}", fast.display()), "fast", 0)?;
-    runs.push(RunResult::new(
-        "fast device alone",
-        report::Kind::Fast,
-        false,
-        m,
-        None,
-    ));
+    prog.step("slow device alone (emulated HDD)", t + 1.0);
+    let s = ctx.baseline(&format!("hdd:{}", backing.display()), "slow", 0)?;
+    rows[1].samples.push(s);
 
-    prog.step("slow device alone (emulated HDD)", st.runtime as f64);
-    let m = ctx.baseline(&format!("hdd:{}", backing.display()), "slow", st.junk_size)?;
-    runs.push(RunResult::new(
-        "slow device alone (HDD model)",
-        report::Kind::Slow,
-        false,
-        m,
-        None,
-    ));
-
-    let only_default = vars.iter().filter(|v| !v.ram).count() == 1;
-    for v in &vars {
-        let label = v.label(only_default);
-        for stale in [false, true] {
-            let state = if stale {
-                "full of stale data"
-            } else {
-                "empty cache"
-            };
-            prog.step(
-                &format!("{label}, {state}"),
-                if stale { stale_secs } else { st.runtime as f64 },
-            );
-            let r = ctx.tiercache(v, &backing, stale, &format!("{label}, {state}"));
-            match r {
-                Ok(r) => {
+    let mut cap: Option<u64> = args.nbdkit_memory;
+    for round in 0..st.repeats {
+        let mut order = configs.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for c in &order {
+            let tag = format!("round {}/{}", round + 1, st.repeats);
+            match c {
+                Config::Fast => {
+                    prog.step(&format!("{tag}: fast device alone"), t + 1.0);
+                    let s = ctx.baseline(&format!("{}", fast.display()), "fast", round)?;
                     prog.println(&format!(
-                        "  {}: {:.0} IOPS, hit ratio {}",
-                        r.label,
-                        r.measured.iops,
-                        report::fmt_ratio(r.hit_ratio)
+                        "  {tag}: fast device alone: {:.0} IOPS",
+                        s.measured.iops
                     ));
-                    runs.push(r)
+                    rows[0].samples.push(s);
                 }
-                Err(e) => {
-                    prog.println(&format!("  {label}, {state}: FAILED: {e:#}"));
-                    notes.push(format!("{label}, {state}: failed: {e:#}"));
+                Config::Tiercache(i) => {
+                    let v = &vars[*i];
+                    let label = v.label(only_default);
+                    prog.step(&format!("{tag}: {label}"), pair_secs);
+                    match ctx.tiercache_pair(v, &backing, round, &label) {
+                        Ok((empty, stale, rss)) => {
+                            if cap.is_none() && !v.ram {
+                                cap = rss;
+                            }
+                            report_pair(&prog, &tag, &label, &empty, &stale);
+                            push_pair(&mut rows, &label, empty, stale);
+                        }
+                        Err(e) => {
+                            prog.println(&format!("  {tag}: {label}: FAILED: {e:#}"));
+                            notes.push(format!("{tag}: {label}: failed: {e:#}"));
+                        }
+                    }
+                }
+                Config::Nbdkit { capped } => {
+                    let name = if *capped {
+                        NBDKIT_CAPPED
+                    } else {
+                        NBDKIT_PAGE_CACHE
+                    };
+                    prog.step(&format!("{tag}: {name}"), pair_secs);
+                    let limit = match (capped, cap) {
+                        (false, _) => None,
+                        (true, Some(c)) => Some(c),
+                        (true, None) => {
+                            notes.push(format!(
+                                "{tag}: {name}: skipped, tiercache's memory use was not measured yet"
+                            ));
+                            continue;
+                        }
+                    };
+                    match ctx.nbdkit_pair(&backing, round, limit) {
+                        Ok((empty, stale)) => {
+                            report_pair(&prog, &tag, name, &empty, &stale);
+                            push_pair(&mut rows, name, empty, stale);
+                        }
+                        Err(e) => {
+                            prog.println(&format!("  {tag}: {name}: FAILED: {e:#}"));
+                            notes.push(format!("{tag}: {name}: failed: {e:#}"));
+                        }
+                    }
                 }
             }
         }
     }
-    if nbdkit {
-        for stale in [false, true] {
-            let state = if stale {
-                "full of stale data"
-            } else {
-                "empty cache"
-            };
-            prog.step(
-                &format!("nbdkit cache filter, {state}"),
-                if stale { stale_secs } else { st.runtime as f64 },
-            );
-            match ctx.nbdkit(&backing, stale) {
-                Ok(r) => runs.push(r),
-                Err(e) => {
-                    prog.println(&format!("  nbdkit, {state}: FAILED: {e:#}"));
-                    notes.push(format!("nbdkit cache filter, {state}: failed: {e:#}"));
-                }
-            }
-        }
-    }
-
-    // The machine is shared and its disk's speed drifts: measuring the
-    // fast device before and after everything else brackets the drift.
-    prog.step("fast device alone, again", st.runtime as f64);
-    let m = ctx.baseline(&format!("{}", fast.display()), "fast-again", 0)?;
-    runs.push(RunResult::new(
-        "fast device alone, again at the end",
-        report::Kind::Fast,
-        false,
-        m,
-        None,
-    ));
 
     let mut sweep = Vec::new();
     if args.sweep {
@@ -447,12 +571,17 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
         let size_of = |f: f64| ((st.cache_size as f64 * f) as u64 / unit).max(1) * unit;
         sparse_file(&sweep_backing, size_of(max))?;
         for &f in &args.sweep_factors {
-            prog.step(
-                &format!("sweep: data = {f}x cache"),
-                (st.sweep_runtime + st.sweep_runtime.div_ceil(2)) as f64 + 2.0,
-            );
+            prog.step(&format!("sweep: data = {f}x cache"), sweep_point_secs);
             match ctx.sweep_point(&vars[0], &sweep_backing, f, size_of(f)) {
-                Ok(p) => sweep.push(p),
+                Ok(p) => {
+                    prog.println(&format!(
+                        "  sweep {f}x ({}): {:.0} IOPS, hit ratio {}",
+                        report::fmt_bytes(p.data_size),
+                        p.measured.iops,
+                        report::fmt_ratio(p.hit_ratio)
+                    ));
+                    sweep.push(p)
+                }
                 Err(e) => notes.push(format!("sweep {f}x: failed: {e:#}")),
             }
         }
@@ -460,7 +589,7 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
     }
 
     let git = if args.git {
-        prog.step("git workload", 120.0);
+        prog.step("git workload", git::PLANNED_SECS);
         match git::run(&ctx.exe, &work, &st, args, &mut |l| prog.println(l)) {
             Ok(g) => Some(g),
             Err(e) => {
@@ -473,12 +602,20 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
     };
     prog.finish();
 
-    // The fast device's p99 (the larger of its two runs).
+    let runs: Vec<RunResult> = rows
+        .into_iter()
+        .filter(|r| !r.samples.is_empty())
+        .map(|r| {
+            let mut x = RunResult::from_samples(&r.label, r.kind, r.stale, r.samples);
+            x.ram_cache = r.ram_cache;
+            x.memory_capped = r.memory_capped;
+            x
+        })
+        .collect();
     let threshold = runs
         .iter()
-        .filter(|r| r.kind == report::Kind::Fast)
-        .filter_map(|r| r.measured.pct(99.0))
-        .max()
+        .find(|r| r.kind == report::Kind::Fast)
+        .and_then(|r| r.measured.pct(99.0))
         .unwrap_or(0);
     let results = Results {
         settings: st,
@@ -486,19 +623,52 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
         runs,
         sweep,
         fast_threshold_ns: threshold,
+        nbdkit_memory_cap: if memcg { cap } else { None },
         git,
         notes,
+        elapsed_secs: started.elapsed().as_secs_f64(),
     };
     let summary = report::write(&results, &out)?;
     println!("{summary}");
-    println!("report: {}", out.join("REPORT.md").display());
+    println!(
+        "report: {} (the benchmark took {:.0} s)",
+        out.join("REPORT.md").display(),
+        results.elapsed_secs
+    );
     if !args.keep_files {
-        for f in [&fast, &backing] {
+        for f in [&fast, &backing, &work.join("cache.img")] {
             let _ = std::fs::remove_file(f);
         }
         let _ = std::fs::remove_dir_all(&runs_dir);
     }
     Ok(())
+}
+
+fn report_pair(
+    prog: &Progress,
+    tag: &str,
+    label: &str,
+    empty: &report::Sample,
+    stale: &report::Sample,
+) {
+    prog.println(&format!(
+        "  {tag}: {label}: empty {:.0} IOPS (hits {}), stale {:.0} IOPS (hits {}); other processes used {} / {} of the CPU",
+        empty.measured.iops,
+        report::fmt_ratio(empty.hit_ratio),
+        stale.measured.iops,
+        report::fmt_ratio(stale.hit_ratio),
+        report::fmt_ratio(empty.others_cpu),
+        report::fmt_ratio(stale.others_cpu),
+    ));
+}
+
+fn push_pair(rows: &mut [Row], base: &str, empty: report::Sample, stale: report::Sample) {
+    for (s, state) in [(empty, false), (stale, true)] {
+        let label = format!("{base}, {}", state_label(state));
+        if let Some(r) = rows.iter_mut().find(|r| r.label == label) {
+            r.samples.push(s);
+        }
+    }
 }
 
 /// What every configuration needs.
@@ -518,24 +688,42 @@ impl Ctx {
         j
     }
 
+    /// The study's job over `data_size` bytes at `offset`, with the CPU
+    /// used by other processes meanwhile (`servers`: pids of ours).
+    fn measure(
+        &self,
+        uri: &str,
+        offset: u64,
+        name: &str,
+        servers: &[u32],
+    ) -> Result<(Measured, Option<f64>)> {
+        let meter = CpuMeter::start(servers);
+        let m = self
+            .study(uri, offset, self.st.data_size, self.st.runtime, name)
+            .run()?;
+        Ok((m, meter.others_share(servers)))
+    }
+
     /// A device served alone by `tiercache serve` (no cache).
-    fn baseline(&self, spec: &str, name: &str, offset: u64) -> Result<Measured> {
+    fn baseline(&self, spec: &str, name: &str, round: usize) -> Result<report::Sample> {
         let s = Server::tiercache(
             &self.exe,
             &self.work,
             name,
             &["--backing".to_string(), spec.to_string()],
         )?;
-        let m = self
-            .study(&s.uri(), offset, self.st.data_size, self.st.runtime, name)
-            .run()?;
+        let pids: Vec<u32> = s.pid().into_iter().collect();
+        let (m, others) = self.measure(&s.uri(), 0, &format!("{name}-r{round}"), &pids)?;
         s.stop()?;
-        Ok(m)
+        let mut x = report::Sample::new(round, m);
+        x.others_cpu = others;
+        Ok(x)
     }
 
-    /// Fills a cache with junk: reads every block of region A once, then
-    /// runs the study's job over region A's first `data_size` bytes.
-    fn make_junk(&self, uri: &str, name: &str) -> Result<()> {
+    /// Reads every block of region A once (fio's random map, blocks of
+    /// the cache block size): after an "empty cache" run over A's first
+    /// `data_size` bytes, this fills the cache with A.
+    fn fill_region_a(&self, uri: &str, name: &str) -> Result<()> {
         let st = &self.st;
         let fill = fio::Job {
             uri: uri.to_string(),
@@ -547,83 +735,86 @@ impl Ctx {
             offset: 0,
             size_per_job: st.junk_size / 2,
             runtime: None,
-            prefix: self.runs.join(format!("{name}-junk-fill")),
+            prefix: self.runs.join(format!("{name}-fill")),
             log_msec: 0,
         };
-        fill.run().context("junk phase 1 (read region A once)")?;
-        if st.junk_runtime > 0 {
-            let mut hot = self.study(
-                uri,
-                0,
-                st.data_size,
-                st.junk_runtime,
-                &format!("{name}-junk-hot"),
-            );
-            hot.log_msec = 0;
-            hot.run()
-                .context("junk phase 2 (the study's job on region A)")?;
-        }
-        Ok(())
+        fill.run()
+            .context("filling the cache with region A")
+            .map(|_| ())
     }
 
-    fn fresh_cache(&self, name: &str) -> Result<PathBuf> {
-        let p = self.work.join(format!("{name}.cache.img"));
-        let _ = std::fs::remove_file(&p);
-        sparse_file(&p, self.st.cache_size)?;
+    /// The cache device file, blank (see [`blank_device_file`]).
+    fn cache_file(&self) -> Result<PathBuf> {
+        let p = self.work.join("cache.img");
+        blank_device_file(&p, self.st.cache_size)?;
         Ok(p)
     }
 
-    fn tiercache(
+    /// One tiercache server, measured with an empty cache (region A) and
+    /// then, after filling the cache with region A, full of stale data
+    /// (region B). Returns both samples and the server's peak RSS.
+    fn tiercache_pair(
         &self,
         v: &Variant,
         backing: &Path,
-        stale: bool,
+        round: usize,
         label: &str,
-    ) -> Result<RunResult> {
-        let name = slug(label);
-        let cache = self.fresh_cache("tiercache")?;
+    ) -> Result<(report::Sample, report::Sample, Option<u64>)> {
+        let name = format!("{}-r{round}", slug(label));
+        let cache = self.cache_file()?;
         let s = Server::tiercache(
             &self.exe,
             &self.work,
             &name,
             &v.serve_args(&self.st, backing, &cache),
         )?;
-        let mut note = String::new();
-        if stale {
-            self.make_junk(&s.uri(), &name)?;
-            let j = s.stats()?;
-            note = format!(
-                "before the run: {} of {} cache blocks held junk",
-                j.resident, j.capacity
-            );
-        }
+        let pids: Vec<u32> = s.pid().into_iter().collect();
+        let sample = |m: Measured, others: Option<f64>, d: Stats| {
+            let mut x = report::Sample::new(round, m);
+            x.others_cpu = others;
+            x.hit_ratio = d.hit_ratio();
+            x.promotions = Some(d.promotions);
+            x.demotions = Some(d.demotions);
+            x
+        };
         let before = s.stats()?;
-        let m = self
-            .study(
-                &s.uri(),
-                self.st.junk_size,
-                self.st.data_size,
-                self.st.runtime,
-                &name,
-            )
-            .run()?;
-        let d = s.stats()?.since(&before);
+        let (m, others) = self.measure(&s.uri(), 0, &format!("{name}-empty"), &pids)?;
+        let empty = sample(m, others, s.stats()?.since(&before));
+        self.fill_region_a(&s.uri(), &name)?;
+        let before = s.stats()?;
+        let (m, others) =
+            self.measure(&s.uri(), self.st.junk_size, &format!("{name}-stale"), &pids)?;
+        let mut stale = sample(m, others, s.stats()?.since(&before));
+        stale.note = format!(
+            "before the run: {} of {} cache blocks held stale data (region A)",
+            before.resident, before.capacity
+        );
+        let rss = s.peak_rss();
         s.stop()?;
-        let _ = std::fs::remove_file(&cache);
-        let mut r = RunResult::new(label, report::Kind::Tiercache, stale, m, d.hit_ratio());
-        r.ram_cache = v.ram;
-        r.promotions = Some(d.promotions);
-        r.demotions = Some(d.demotions);
-        r.note = note;
-        Ok(r)
+        Ok((empty, stale, rss))
     }
 
-    fn nbdkit(&self, backing: &Path, stale: bool) -> Result<RunResult> {
-        let name = if stale {
-            "nbdkit-stale"
-        } else {
-            "nbdkit-empty"
-        };
+    /// nbdkit's cache filter in front of the slow device alone, measured
+    /// as [`Ctx::tiercache_pair`] does; in a memory cgroup of `limit`
+    /// bytes if given. The hit ratio is estimated as 1 - (reads reaching
+    /// the backend) / (client reads).
+    fn nbdkit_pair(
+        &self,
+        backing: &Path,
+        round: usize,
+        limit: Option<u64>,
+    ) -> Result<(report::Sample, report::Sample)> {
+        let name = format!(
+            "nbdkit-{}-r{round}",
+            if limit.is_some() {
+                "capped"
+            } else {
+                "pagecache"
+            }
+        );
+        let cg = limit
+            .map(|l| MemCgroup::create(&format!("nbdkit-r{round}"), l))
+            .transpose()?;
         let hdd = Server::tiercache(
             &self.exe,
             &self.work,
@@ -632,48 +823,57 @@ impl Ctx {
         )?;
         let nk = Server::nbdkit_cache(
             &self.work,
-            name,
+            &name,
             &hdd.socket,
             self.st.cache_size,
             self.st.block_size,
+            cg.as_ref(),
         )?;
-        if stale {
-            self.make_junk(&nk.uri(), name)?;
-        }
-        let m = self
-            .study(
-                &nk.uri(),
-                self.st.junk_size,
-                self.st.data_size,
-                self.st.runtime,
-                name,
-            )
-            .run()?;
+        let pids: Vec<u32> = hdd.pid().into_iter().chain(nk.pid()).collect();
+        let log = Server::nbdkit_backend_log(&self.work, &name);
+        let reads = || procs::nbdkit_backend_reads(&log).unwrap_or(0);
+        let sample = |m: Measured, others: Option<f64>, misses: u64| {
+            let mut x = report::Sample::new(round, m);
+            x.others_cpu = others;
+            x.hit_ratio = (x.measured.total_ios > 0)
+                .then(|| 1.0 - (misses as f64 / x.measured.total_ios as f64).min(1.0));
+            x
+        };
+        let r0 = reads();
+        let (m, others) = self.measure(&nk.uri(), 0, &format!("{name}-empty"), &pids)?;
+        let mut empty = sample(m, others, reads() - r0);
+        self.fill_region_a(&nk.uri(), &name)?;
+        let r1 = reads();
+        let (m, others) = self.measure(
+            &nk.uri(),
+            self.st.junk_size,
+            &format!("{name}-stale"),
+            &pids,
+        )?;
+        let mut stale = sample(m, others, reads() - r1);
+        let mem = match &cg {
+            Some(cg) => cg.peak(),
+            None => nk.peak_rss(),
+        };
+        let memo = match (limit, mem) {
+            (Some(l), Some(p)) => format!(
+                "memory cgroup limit {}, peak charged {} (RSS + page cache)",
+                report::fmt_bytes(l),
+                report::fmt_bytes(p)
+            ),
+            (None, Some(p)) => format!(
+                "peak RSS {} plus its cache file in the page cache (uncapped)",
+                report::fmt_bytes(p)
+            ),
+            _ => String::new(),
+        };
+        empty.note = format!("hit ratio estimated: 1 - backend reads / client reads; {memo}");
+        stale.note = empty.note.clone();
         nk.stop()?;
         hdd.stop()?;
+        drop(cg);
         let _ = std::fs::remove_dir_all(self.work.join(format!("{name}.tmp")));
-        // The stats filter counts the whole process lifetime, so the hit
-        // ratio is known only when nothing ran before the measured job.
-        let statsfile = self.work.join(format!("{name}.nbdkit-stats"));
-        let hit = if stale {
-            None
-        } else {
-            procs::nbdkit_backend_reads(&statsfile)
-                .filter(|_| m.total_ios > 0)
-                .map(|misses| 1.0 - (misses as f64 / m.total_ios as f64).min(1.0))
-        };
-        let label = if stale {
-            "nbdkit cache filter, full of stale data"
-        } else {
-            "nbdkit cache filter, empty cache"
-        };
-        let mut r = RunResult::new(label, report::Kind::Nbdkit, stale, m, hit);
-        r.note = if stale {
-            "hit ratio unknown: nbdkit has no counters and its stats filter covers the junk phases too".into()
-        } else {
-            "hit ratio estimated: 1 - backend reads (stats filter) / client reads".into()
-        };
-        Ok(r)
+        Ok((empty, stale))
     }
 
     /// One point of the data-size sweep: cache filled by the study's job
@@ -686,7 +886,7 @@ impl Ctx {
         data: u64,
     ) -> Result<SweepPoint> {
         let name = format!("sweep-{factor}");
-        let cache = self.fresh_cache("sweep")?;
+        let cache = self.cache_file()?;
         let s = Server::tiercache(
             &self.exe,
             &self.work,
@@ -702,18 +902,21 @@ impl Ctx {
         );
         warm.log_msec = 0;
         warm.run().context("filling the cache")?;
+        let pids: Vec<u32> = s.pid().into_iter().collect();
         let before = s.stats()?;
+        let meter = CpuMeter::start(&pids);
         let m = self
             .study(&s.uri(), 0, data, self.st.sweep_runtime, &name)
             .run()?;
+        let others = meter.others_share(&pids);
         let d = s.stats()?.since(&before);
         s.stop()?;
-        let _ = std::fs::remove_file(&cache);
         Ok(SweepPoint {
             factor,
             data_size: data,
             measured: m,
             hit_ratio: d.hit_ratio(),
+            others_cpu: others,
         })
     }
 }
@@ -762,6 +965,43 @@ fn write_file(path: &Path, size: u64) -> Result<()> {
     Ok(())
 }
 
+/// Makes `path` a blank cache device of `size` bytes: every byte written
+/// once (a real device has no holes, and writing into a sparse file's
+/// holes would make the first promotions pay for the filesystem's block
+/// allocation), then, on every call, its first and last MiB zeroed, where
+/// tiercache keeps its superblock and metadata (as `wipefs` would), so
+/// `tiercache serve --create` sees a blank device and formats it.
+fn blank_device_file(path: &Path, size: u64) -> Result<()> {
+    use std::io::{Seek, SeekFrom};
+    const SPAN: u64 = 1 << 20;
+    let zeros = vec![0u8; SPAN as usize];
+    let fresh = std::fs::metadata(path)
+        .map(|m| m.len() != size)
+        .unwrap_or(true);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(fresh)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    if fresh {
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(SPAN) as usize;
+            f.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+    } else {
+        let span = SPAN.min(size);
+        for at in [0, size - span] {
+            f.seek(SeekFrom::Start(at))?;
+            f.write_all(&zeros[..span as usize])?;
+        }
+    }
+    f.sync_all()?;
+    Ok(())
+}
+
 /// Creates `path` as a sparse file of `size` bytes. Used for the backing
 /// device (its latency comes from the HDD model; the file's own is
 /// negligible) and for cache devices (promotions write them).
@@ -789,14 +1029,20 @@ mod tests {
         assert_eq!(s.data_size, 32 << 20);
         assert_eq!(s.cache_size, 40 << 20);
         assert_eq!(s.junk_size, 40 << 20);
-        assert_eq!(s.junk_runtime, 10);
+        assert_eq!((s.runtime, s.repeats), (10, 3));
         let a = Cli::parse_from(["x", "--full"]).b;
         let s = Settings::resolve(&a).unwrap();
         assert_eq!(
-            (s.data_size, s.cache_size, s.runtime),
-            (4 << 30, 5 << 30, 1800)
+            (s.data_size, s.cache_size, s.runtime, s.repeats),
+            (4 << 30, 5 << 30, 1800, 1)
         );
+        let a = Cli::parse_from(["x", "--full", "--repeats", "2"]).b;
+        assert_eq!(Settings::resolve(&a).unwrap().repeats, 2);
         let a = Cli::parse_from(["x", "--block-size", "3k"]).b;
+        assert!(Settings::resolve(&a).is_err());
+        let a = Cli::parse_from(["x", "--repeats", "0"]).b;
+        assert!(Settings::resolve(&a).is_err());
+        let a = Cli::parse_from(["x", "--sweep", "--sweep-factors", "1,-2"]).b;
         assert!(Settings::resolve(&a).is_err());
     }
 

@@ -29,6 +29,8 @@ pub struct Stats {
     pub demotions: u64,
     pub resident: u64,
     pub capacity: u64,
+    /// IOs that bypassed the cache (sequential streams).
+    pub bypassed_ios: u64,
 }
 
 impl Stats {
@@ -39,6 +41,7 @@ impl Stats {
             read_misses: self.read_misses - before.read_misses,
             promotions: self.promotions - before.promotions,
             demotions: self.demotions - before.demotions,
+            bypassed_ios: self.bypassed_ios - before.bypassed_ios,
             ..*self
         }
     }
@@ -103,39 +106,54 @@ impl Server {
 
     /// Starts nbdkit's cache filter (cache-on-read, `cache_size` bytes at
     /// most, blocks of `block_size`) in front of the NBD server at
-    /// `backend_socket`, with its cache file in `dir` (TMPDIR). The stats
-    /// filter under the cache filter counts the reads that reach the
-    /// backend (the misses), written to `<name>.nbdkit-stats` at exit.
+    /// `backend_socket`, with its cache file in `dir` (TMPDIR, the same
+    /// filesystem as the fast device's file). With `cgroup`, nbdkit runs
+    /// in that memory cgroup from its first instruction, so its page cache
+    /// (where its cache file lives) is bounded. The log filter under the
+    /// cache filter logs the reads that reach the backend (the misses) to
+    /// `<name>.nbdkit-backend.log`; see [`nbdkit_backend_reads`].
     pub fn nbdkit_cache(
         dir: &Path,
         name: &str,
         backend_socket: &Path,
         cache_size: u64,
         block_size: u64,
+        cgroup: Option<&MemCgroup>,
     ) -> Result<Server> {
         let socket = dir.join(format!("{name}.sock"));
         let pidfile = dir.join(format!("{name}.pid"));
         let log = dir.join(format!("{name}.nbdkit.log"));
         let tmp = dir.join(format!("{name}.tmp"));
+        let backend_log = Self::nbdkit_backend_log(dir, name);
         std::fs::create_dir_all(&tmp)?;
-        let _ = std::fs::remove_file(&socket);
-        let _ = std::fs::remove_file(&pidfile);
+        for p in [&socket, &pidfile, &backend_log] {
+            let _ = std::fs::remove_file(p);
+        }
         let logf = std::fs::File::create(&log)?;
-        let child = Command::new("nbdkit")
+        let mut cmd = match cgroup {
+            // The shell joins the cgroup, then becomes nbdkit (same pid).
+            Some(cg) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg("echo $$ > \"$0\" && exec \"$@\"")
+                    .arg(cg.procs_file())
+                    .arg("nbdkit");
+                c
+            }
+            None => Command::new("nbdkit"),
+        };
+        let child = cmd
             .args(["--foreground", "--exit-with-parent", "--unix"])
             .arg(&socket)
             .arg("-P")
             .arg(&pidfile)
-            .args(["--filter=cache", "--filter=stats", "nbd"])
+            .args(["--filter=cache", "--filter=log", "nbd"])
             .arg(format!("socket={}", backend_socket.display()))
             .arg("export=default")
             .arg("cache-on-read=true")
             .arg(format!("cache-max-size={cache_size}"))
             .arg(format!("cache-min-block-size={block_size}"))
-            .arg(format!(
-                "statsfile={}",
-                dir.join(format!("{name}.nbdkit-stats")).display()
-            ))
+            .arg(format!("logfile={}", backend_log.display()))
             .env("TMPDIR", &tmp)
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
@@ -153,6 +171,22 @@ impl Server {
         // nbdkit writes its pid file once it accepts connections.
         s.wait_ready(&[pidfile])?;
         Ok(s)
+    }
+
+    /// Where [`Server::nbdkit_cache`] logs the backend's requests.
+    pub fn nbdkit_backend_log(dir: &Path, name: &str) -> PathBuf {
+        dir.join(format!("{name}.nbdkit-backend.log"))
+    }
+
+    /// The child's process id (None once stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The child's peak resident set (VmHWM) in bytes, while it runs.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        parse_status_kb(&text, "VmHWM:").map(|kb| kb * 1024)
     }
 
     fn wait_ready(&mut self, paths: &[PathBuf]) -> Result<()> {
@@ -199,6 +233,7 @@ impl Server {
             demotions: g("demotions"),
             resident: g("resident"),
             capacity: g("capacity"),
+            bypassed_ios: g("bypassed_ios"),
         })
     }
 
@@ -251,21 +286,201 @@ pub fn have(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Reads the read count of the nbdkit stats filter's file (`read: N ops,
-/// ...`): the reads that reached the backend.
-pub fn nbdkit_backend_reads(statsfile: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(statsfile).ok()?;
-    parse_nbdkit_reads(&text)
+/// Reads issued to the backend so far, from the log filter's file
+/// (`... connection=N Read id=I offset=... count=...` per request; the
+/// matching `...Read id=I return=...` lines are not counted).
+pub fn nbdkit_backend_reads(log: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    Some(count_nbdkit_reads(&text))
 }
 
-fn parse_nbdkit_reads(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.trim_start().starts_with("read:"))?;
-    line.trim_start()
-        .strip_prefix("read:")?
+fn count_nbdkit_reads(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.contains(" Read id=") && l.contains(" offset="))
+        .count() as u64
+}
+
+/// `key` (e.g. `VmHWM:`) of a /proc/PID/status text, in kB.
+fn parse_status_kb(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// A memory cgroup of its own (cgroup v1 `memory` controller, or cgroup
+/// v2 where the root delegates `memory`), removed on drop. Page cache is
+/// charged to the cgroup of the process that brings a page in, so a
+/// process started inside keeps at most `limit` bytes of anonymous memory
+/// and page cache together.
+pub struct MemCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl MemCgroup {
+    /// Creates `tiercache-bench-<pid>-<name>` with a limit of `limit`
+    /// bytes. Fails without root or without a memory controller.
+    pub fn create(name: &str, limit: u64) -> Result<MemCgroup> {
+        let leaf = format!("tiercache-bench-{}-{name}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        let (dir, v2) = if v1.join("memory.limit_in_bytes").exists() {
+            (v1.join(&leaf), false)
+        } else {
+            let root = Path::new("/sys/fs/cgroup");
+            let ctl =
+                std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
+            if !ctl.split_whitespace().any(|c| c == "memory") {
+                bail!("no memory cgroup controller (neither cgroup v1 memory nor v2 with memory delegated at the root)");
+            }
+            (root.join(&leaf), true)
+        };
+        if !dir.exists() {
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("creating cgroup {} (needs root)", dir.display()))?;
+        }
+        let cg = MemCgroup { dir, v2 };
+        let file = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::write(cg.dir.join(file), limit.to_string())
+            .with_context(|| format!("setting {file} of {}", cg.dir.display()))?;
+        if !v2 {
+            // Reclaim rather than swap: the bench measures a page-cache
+            // budget, not swap.
+            let _ = std::fs::write(cg.dir.join("memory.swappiness"), "0");
+        }
+        Ok(cg)
+    }
+
+    /// Writing a pid here moves that process into the cgroup.
+    pub fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Peak memory charged (anonymous + page cache), in bytes.
+    pub fn peak(&self) -> Option<u64> {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        // The members have exited; leftover page-cache charges move to
+        // the parent on rmdir (v1: after force_empty tries to drop them).
+        if !self.v2 {
+            let _ = std::fs::write(self.dir.join("memory.force_empty"), "0");
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Share of the machine's CPU time used by processes outside the
+/// benchmark during an interval: the noise indicator of every run.
+/// "Ours" is this process, its reaped children (fio, `tiercache stats`)
+/// and the servers whose pids are given; "the machine" is /proc/stat.
+pub struct CpuMeter {
+    machine: Option<(u64, u64)>,
+    ours: f64,
+}
+
+impl CpuMeter {
+    pub fn start(servers: &[u32]) -> CpuMeter {
+        CpuMeter {
+            machine: machine_ticks(),
+            ours: own_cpu_secs(servers),
+        }
+    }
+
+    /// Others' share (0..=1) of all CPUs' time since `start`. The servers
+    /// must still be running.
+    pub fn others_share(&self, servers: &[u32]) -> Option<f64> {
+        let (busy0, total0) = self.machine?;
+        let (busy1, total1) = machine_ticks()?;
+        let tck = clock_ticks()?;
+        let total = (total1 - total0) as f64 / tck;
+        if total <= 0.0 {
+            return None;
+        }
+        let busy = (busy1 - busy0) as f64 / tck;
+        let ours = own_cpu_secs(servers) - self.ours;
+        Some(((busy - ours) / total).clamp(0.0, 1.0))
+    }
+}
+
+fn clock_ticks() -> Option<f64> {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (t > 0).then_some(t as f64)
+}
+
+/// (busy, total) ticks of all CPUs from /proc/stat's first line.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_machine_ticks(text.lines().next()?)
+}
+
+fn parse_machine_ticks(cpu_line: &str) -> Option<(u64, u64)> {
+    let v: Vec<u64> = cpu_line
         .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().sum();
+    let idle = v[3] + v[4]; // idle + iowait
+    Some((total - idle, total))
+}
+
+/// CPU seconds of this process, its reaped children and `servers`.
+fn own_cpu_secs(servers: &[u32]) -> f64 {
+    let mut secs = 0.0;
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        // SAFETY: rusage is plain old data, fully written by getrusage.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable rusage.
+        if unsafe { libc::getrusage(who, &mut ru) } == 0 {
+            for tv in [ru.ru_utime, ru.ru_stime] {
+                secs += tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+            }
+        }
+    }
+    let tck = clock_ticks().unwrap_or(100.0);
+    for &pid in servers {
+        if let Some(t) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| parse_pid_ticks(&s))
+        {
+            secs += t as f64 / tck;
+        }
+    }
+    secs
+}
+
+/// utime + stime of a /proc/PID/stat text (fields 14 and 15; the command
+/// name in parentheses may contain spaces).
+fn parse_pid_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ")": state is field 3, so utime (14) is index 11.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 #[cfg(test)]
@@ -273,11 +488,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nbdkit_stats_read_line() {
-        let t =
-            "total: 191 ops, 21.9 s, 25.13 GiB, 1.15 GiB/s\nread: 136 ops, 0.000230 s, 3.16 MiB\n";
-        assert_eq!(parse_nbdkit_reads(t), Some(136));
-        assert_eq!(parse_nbdkit_reads("total: 0 ops\n"), None);
+    fn nbdkit_log_reads_counted_once_each() {
+        let t = "2026-11-22 06:00:24.360079 connection=1 Connect export=default size=0x4800000\n\
+                 2026-11-22 06:00:24.4 connection=1 Read id=1 offset=0x10000 count=0x10000 ...\n\
+                 2026-11-22 06:00:24.5 connection=1 ...Read id=1 return=0 (Success)\n\
+                 2026-11-22 06:00:24.6 connection=2 Read id=1 offset=0x0 count=0x10000 ...\n";
+        assert_eq!(count_nbdkit_reads(t), 2);
+        assert_eq!(count_nbdkit_reads(""), 0);
+    }
+
+    #[test]
+    fn proc_parsers() {
+        assert_eq!(
+            parse_status_kb("Name:\tx\nVmHWM:\t   22360 kB\nVmRSS:\t 1 kB\n", "VmHWM:"),
+            Some(22360)
+        );
+        let stat = "123 (a b) S 1 123 123 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 4 0";
+        assert_eq!(parse_pid_ticks(stat), Some(300));
+        let (busy, total) = parse_machine_ticks("cpu  100 0 50 800 50 0 0 0 0 0").unwrap();
+        assert_eq!((busy, total), (150, 1000));
     }
 
     #[test]

@@ -15,25 +15,86 @@ pub enum Kind {
     Nbdkit,
 }
 
-/// One measured configuration.
+/// One run of one configuration (one round), as measured.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub round: usize,
+    pub measured: Measured,
+    /// Read hit ratio over the run (tiercache: its own counters).
+    pub hit_ratio: Option<f64>,
+    pub promotions: Option<u64>,
+    pub demotions: Option<u64>,
+    /// Share of the machine's CPU used by other processes meanwhile.
+    pub others_cpu: Option<f64>,
+    pub note: String,
+}
+
+impl Sample {
+    pub fn new(round: usize, measured: Measured) -> Sample {
+        Sample {
+            round,
+            measured,
+            hit_ratio: None,
+            promotions: None,
+            demotions: None,
+            others_cpu: None,
+            note: String::new(),
+        }
+    }
+}
+
+/// What the table keeps of every repeat.
+#[derive(Clone, Debug, Serialize)]
+pub struct Repeat {
+    /// Round (0-based) the run belongs to.
+    pub round: usize,
+    pub iops: f64,
+    pub hit_ratio: Option<f64>,
+    pub others_cpu: Option<f64>,
+}
+
+/// One measured configuration: its repeats, and the run of median IOPS
+/// (the representative: latency, hit ratio, plots).
 #[derive(Clone, Debug, Serialize)]
 pub struct RunResult {
     pub label: String,
     pub kind: Kind,
     /// Measured after the cache was filled with stale data.
     pub stale: bool,
+    /// The representative run (median IOPS).
     pub measured: Measured,
-    /// Read hit ratio over the measured run (tiercache: its own counters).
+    /// Read hit ratio of the representative run.
     pub hit_ratio: Option<f64>,
     pub promotions: Option<u64>,
     pub demotions: Option<u64>,
     /// tiercache with its cache device in RAM (a reference, not a target
     /// for "as fast as the fast device").
     pub ram_cache: bool,
+    /// nbdkit in a memory cgroup (the like-for-like peer of tiercache's
+    /// file cache).
+    pub memory_capped: bool,
+    /// Every repeat, in round order.
+    pub repeats: Vec<Repeat>,
     pub note: String,
 }
 
+/// The median of `v` (mean of the middle two for an even count).
+pub fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
 impl RunResult {
+    /// One sample, one repeat.
     pub fn new(
         label: &str,
         kind: Kind,
@@ -41,18 +102,97 @@ impl RunResult {
         measured: Measured,
         hit_ratio: Option<f64>,
     ) -> RunResult {
+        let mut s = Sample::new(0, measured);
+        s.hit_ratio = hit_ratio;
+        RunResult::from_samples(label, kind, stale, vec![s])
+    }
+
+    /// The row of `samples` (at least one): the representative is the run
+    /// of median IOPS (the lower middle one for an even count).
+    pub fn from_samples(label: &str, kind: Kind, stale: bool, samples: Vec<Sample>) -> RunResult {
+        assert!(!samples.is_empty(), "a row needs at least one run");
+        let repeats: Vec<Repeat> = samples
+            .iter()
+            .map(|s| Repeat {
+                round: s.round,
+                iops: s.measured.iops,
+                hit_ratio: s.hit_ratio,
+                others_cpu: s.others_cpu,
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..samples.len()).collect();
+        order.sort_by(|&a, &b| {
+            samples[a]
+                .measured
+                .iops
+                .total_cmp(&samples[b].measured.iops)
+        });
+        let rep = samples
+            .into_iter()
+            .nth(order[(order.len() - 1) / 2])
+            .expect("index in range");
         RunResult {
             label: label.to_string(),
             kind,
             stale,
-            measured,
-            hit_ratio,
-            promotions: None,
-            demotions: None,
+            measured: rep.measured,
+            hit_ratio: rep.hit_ratio,
+            promotions: rep.promotions,
+            demotions: rep.demotions,
             ram_cache: false,
-            note: String::new(),
+            memory_capped: false,
+            repeats,
+            note: rep.note,
         }
     }
+
+    fn iops_values(&self) -> Vec<f64> {
+        self.repeats.iter().map(|r| r.iops).collect()
+    }
+
+    /// Median IOPS over the repeats.
+    pub fn median_iops(&self) -> f64 {
+        median(&self.iops_values()).unwrap_or(0.0)
+    }
+
+    pub fn min_iops(&self) -> f64 {
+        self.iops_values().into_iter().fold(f64::INFINITY, f64::min)
+    }
+
+    pub fn max_iops(&self) -> f64 {
+        self.iops_values().into_iter().fold(0.0, f64::max)
+    }
+
+    /// Median share of the CPU used by other processes during its runs.
+    pub fn others_cpu(&self) -> Option<f64> {
+        median(
+            &self
+                .repeats
+                .iter()
+                .filter_map(|r| r.others_cpu)
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+/// `a / b` per round, for the rounds both ran (ratios of runs minutes
+/// apart, so slow drift of the machine cancels); if they share no round,
+/// the ratio of their medians.
+pub fn paired_ratios(a: &RunResult, b: &RunResult) -> Vec<f64> {
+    let v: Vec<f64> = a
+        .repeats
+        .iter()
+        .filter_map(|x| {
+            b.repeats
+                .iter()
+                .find(|y| y.round == x.round && y.iops > 0.0)
+                .map(|y| x.iops / y.iops)
+        })
+        .collect();
+    if v.is_empty() && b.median_iops() > 0.0 {
+        return vec![a.median_iops() / b.median_iops()];
+    }
+    v
 }
 
 /// One point of the data-size sweep (tiercache, cache filled first).
@@ -63,6 +203,8 @@ pub struct SweepPoint {
     pub data_size: u64,
     pub measured: Measured,
     pub hit_ratio: Option<f64>,
+    /// Share of the machine's CPU used by other processes meanwhile.
+    pub others_cpu: Option<f64>,
 }
 
 /// A checked target.
@@ -112,25 +254,47 @@ fn fmt_iops(v: f64) -> String {
     }
 }
 
+fn fmt_pct(v: Option<f64>) -> String {
+    match v {
+        Some(v) => format!("{:.0}%", v * 100.0),
+        None => "-".into(),
+    }
+}
+
+/// "28.7k" for one repeat, "28.7k (26.1k-30.2k)" for several.
+fn fmt_iops_range(x: &RunResult) -> String {
+    if x.repeats.len() <= 1 {
+        return fmt_iops(x.median_iops());
+    }
+    format!(
+        "{} ({}-{})",
+        fmt_iops(x.median_iops()),
+        fmt_iops(x.min_iops()),
+        fmt_iops(x.max_iops())
+    )
+}
+
 /// The Markdown results table: one row per configuration.
 pub fn table(r: &Results) -> String {
     let fast = r.fast_iops();
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| configuration | avg IOPS | vs fast (mean of both runs) | hit ratio | p50 | p90 | p99 | p99.9 | p99.99 | IOs at fast latency (<= {}) |",
+        "| configuration | IOPS median (min-max) | vs fast | 2nd half of the run | hit ratio | p50 | p90 | p99 | p99.9 | p99.99 | IOs at fast latency (<= {}) | CPU used by other processes |",
         fmt_lat(Some(r.fast_threshold_ns))
     );
-    t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for x in &r.runs {
         let m = &x.measured;
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}% | {} |",
             x.label,
-            fmt_iops(m.iops),
-            fast.map(|f| format!("{:.1}%", 100.0 * m.iops / f))
+            fmt_iops_range(x),
+            fast.filter(|f| *f > 0.0)
+                .map(|f| format!("{:.1}%", 100.0 * x.median_iops() / f))
                 .unwrap_or_default(),
+            m.second_half_iops().map(fmt_iops).unwrap_or("-".into()),
             fmt_ratio(x.hit_ratio),
             fmt_lat(m.pct(50.0)),
             fmt_lat(m.pct(90.0)),
@@ -138,7 +302,38 @@ pub fn table(r: &Results) -> String {
             fmt_lat(m.pct(99.9)),
             fmt_lat(m.pct(99.99)),
             100.0 * m.share_within(r.fast_threshold_ns),
+            fmt_pct(x.others_cpu()),
         );
+    }
+    t
+}
+
+/// IOPS of every repeat by round, with the CPU other processes used.
+pub fn rounds_table(r: &Results) -> String {
+    let n = r
+        .runs
+        .iter()
+        .flat_map(|x| x.repeats.iter().map(|p| p.round + 1))
+        .max()
+        .unwrap_or(0);
+    let mut t = String::from("| configuration |");
+    for i in 1..=n {
+        let _ = write!(t, " round {i} |");
+    }
+    t.push_str("\n|---|");
+    t.push_str(&"---:|".repeat(n));
+    t.push('\n');
+    for x in &r.runs {
+        let _ = write!(t, "| {} |", x.label);
+        for i in 0..n {
+            match x.repeats.iter().find(|p| p.round == i) {
+                Some(p) => {
+                    let _ = write!(t, " {} ({}) |", fmt_iops(p.iops), fmt_pct(p.others_cpu));
+                }
+                None => t.push_str(" |"),
+            }
+        }
+        t.push('\n');
     }
     t
 }
@@ -148,14 +343,14 @@ pub fn sweep_table(r: &Results) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "| data size | data / cache | avg IOPS | hit ratio | p50 | p90 | p99 | p99.9 | IOs at fast latency |"
+        "| data size | data / cache | avg IOPS | hit ratio | p50 | p90 | p99 | p99.9 | IOs at fast latency | CPU used by other processes |"
     );
-    t.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    t.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for p in &r.sweep {
         let m = &p.measured;
         let _ = writeln!(
             t,
-            "| {} | {}x | {} | {} | {} | {} | {} | {} | {:.1}% |",
+            "| {} | {}x | {} | {} | {} | {} | {} | {} | {:.1}% | {} |",
             fmt_bytes(p.data_size),
             p.factor,
             fmt_iops(m.iops),
@@ -165,21 +360,44 @@ pub fn sweep_table(r: &Results) -> String {
             fmt_lat(m.pct(99.0)),
             fmt_lat(m.pct(99.9)),
             100.0 * m.share_within(r.fast_threshold_ns),
+            fmt_pct(p.others_cpu),
         );
     }
     t
 }
 
-/// The issue's targets, checked against this run.
+/// "0.93, 1.02, 0.97" (percent or x) for the per-round ratios.
+fn fmt_ratios(v: &[f64], percent: bool) -> String {
+    v.iter()
+        .map(|x| {
+            if percent {
+                format!("{:.0}%", x * 100.0)
+            } else {
+                format!("{x:.2}x")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The issue's targets, checked against this run: every ratio is the
+/// median of the per-round ratios.
 pub fn targets(r: &Results) -> Vec<Target> {
     let mut out = Vec::new();
-    let find = |kind: Kind, stale: bool, label_prefix: &str| {
+    let st = &r.settings;
+    let fast = r.fast_row();
+    let tc = |base: &str, stale: bool| {
+        r.runs.iter().find(|y| {
+            y.kind == Kind::Tiercache
+                && y.stale == stale
+                && y.label.starts_with(&format!("{base},"))
+        })
+    };
+    let peer = |capped: bool, stale: bool| {
         r.runs
             .iter()
-            .find(|x| x.kind == kind && x.stale == stale && x.label.starts_with(label_prefix))
+            .find(|y| y.kind == Kind::Nbdkit && y.memory_capped == capped && y.stale == stale)
     };
-    let fast = r.fast_iops();
-    let st = &r.settings;
     for x in r
         .runs
         .iter()
@@ -190,62 +408,75 @@ pub fn targets(r: &Results) -> Vec<Target> {
         // (A cache in RAM is a reference, not held to the fast device.)
         if let (Some(f), false) = (fast, x.ram_cache) {
             if st.data_size <= st.cache_size {
-                let ratio = x.measured.iops / f;
+                let v = paired_ratios(x, f);
+                let ratio = median(&v).unwrap_or(0.0);
+                // The first seconds of an empty cache are bound by the
+                // slow device (every block is read from it once); the
+                // second half of the run shows the cache's own speed.
+                let late = match (x.measured.second_half_iops(), f.measured.second_half_iops()) {
+                    (Some(a), Some(b)) if b > 0.0 => format!(
+                        "; second half of the median runs, after the warm-up from the slow device: {:.0}%",
+                        100.0 * a / b
+                    ),
+                    _ => String::new(),
+                };
                 out.push(Target {
                     pass: ratio >= 0.85,
                     text: format!(
-                        "{base}: data fits the cache: avg IOPS {:.0} = {:.1}% of the fast device alone ({f:.0}, mean of its two runs); target >= 85%",
-                        x.measured.iops,
+                        "{base}: data fits the cache: {:.1}% of the fast device alone (median {:.0} vs {:.0} IOPS; per round {}{late}); target >= 85%",
                         ratio * 100.0,
+                        x.median_iops(),
+                        f.median_iops(),
+                        fmt_ratios(&v, true),
                     ),
                 });
             }
         }
         // 2. Stale cache against empty cache.
-        if let Some(s) = r.runs.iter().find(|y| {
-            y.kind == Kind::Tiercache && y.stale && y.label.starts_with(&format!("{base},"))
-        }) {
-            let ratio = s.measured.iops / x.measured.iops;
+        if let Some(s) = tc(base, true) {
+            let v = paired_ratios(s, x);
+            let ratio = median(&v).unwrap_or(0.0);
             out.push(Target {
                 pass: ratio >= 0.90,
                 text: format!(
-                    "{base}: cache full of stale data: avg IOPS {:.0} = {:.1}% of the empty cache ({:.0}); target >= 90%",
-                    s.measured.iops,
+                    "{base}: cache full of stale data: {:.1}% of the empty cache (median {:.0} vs {:.0} IOPS; per round {}); target >= 90%",
                     ratio * 100.0,
-                    x.measured.iops
+                    s.median_iops(),
+                    x.median_iops(),
+                    fmt_ratios(&v, true),
                 ),
             });
         }
-        // 3. Against nbdkit's cache filter, state by state.
+        // 3. Against nbdkit's cache filter on the same devices and the
+        // same memory: a file cache against the memory-capped nbdkit, a
+        // RAM cache against nbdkit's cache file in the page cache.
         for stale in [false, true] {
-            let ours = r.runs.iter().find(|y| {
-                y.kind == Kind::Tiercache
-                    && y.stale == stale
-                    && y.label.starts_with(&format!("{base},"))
-            });
-            if let (Some(o), Some(n)) = (ours, find(Kind::Nbdkit, stale, "")) {
-                let ratio = o.measured.iops / n.measured.iops;
+            if let (Some(o), Some(n)) = (tc(base, stale), peer(!x.ram_cache, stale)) {
+                let v = paired_ratios(o, n);
+                let ratio = median(&v).unwrap_or(0.0);
                 out.push(Target {
                     pass: ratio > 1.0,
                     text: format!(
-                        "{base} vs nbdkit cache filter, {}: {:.0} vs {:.0} IOPS ({:.2}x); target > 1x",
+                        "{base} vs {}: {}: {:.2}x (median {:.0} vs {:.0} IOPS; per round {}); target > 1x",
+                        n.label.trim_end_matches(&format!(", {}", if stale { "full of stale data" } else { "empty cache" })),
                         if stale { "full of stale data" } else { "empty cache" },
-                        o.measured.iops,
-                        n.measured.iops,
-                        ratio
+                        ratio,
+                        o.median_iops(),
+                        n.median_iops(),
+                        fmt_ratios(&v, false),
                     ),
                 });
             }
         }
     }
     // Sweep points where all the data fits count for target 1 too.
-    if let Some(f) = fast {
+    if let Some(f) = r.fast_iops() {
         for p in r.sweep.iter().filter(|p| p.data_size <= st.cache_size) {
             let ratio = p.measured.iops / f;
             out.push(Target {
                 pass: ratio >= 0.85,
                 text: format!(
-                    "sweep, data {} ({}x cache, fits): avg IOPS {:.0} = {:.1}% of the fast device alone; target >= 85%",
+                    "sweep, data {} ({}x cache, fits): avg IOPS {:.0} = {:.1}% of the fast device alone (median); target >= 85%",
                     fmt_bytes(p.data_size),
                     p.factor,
                     p.measured.iops,
@@ -282,16 +513,31 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
          2 jobs, both jobs summed) over NBD (`ioengine=nbd`), {} s per run. Data {} ({} per job), \
          cache {} in blocks of {} (tiercache and nbdkit alike). The fast device is a file on this \
          machine's disk; the slow device is a sparse file behind tiercache's emulated-HDD latency \
-         model (`hdd:`; about 156 IOPS at queue depth 16). \"Full of stale data\": every block of a \
-         {} junk region is read once (the cache is then full), then the study's job runs {} s on \
-         that region, then the measured job reads a different region.\n",
+         model (`hdd:`; about 156 IOPS at queue depth 16). Each cached configuration is measured \
+         twice in one server, as the study's two runs met the cache: \"empty cache\" reads region \
+         A from a fresh cache; then every block of region A ({}) is read once, so the cache is \
+         full of A; then \"full of stale data\" reads region B, which the cache has never \
+         seen.\n",
         st.runtime,
         fmt_bytes(st.data_size),
         fmt_bytes(st.data_size / 2),
         fmt_bytes(st.cache_size),
         fmt_bytes(st.block_size),
         fmt_bytes(st.junk_size),
-        st.junk_runtime
+    );
+    let _ = writeln!(
+        md,
+        "The peer on the same devices: nbdkit's cache filter keeps its cache in a temporary file \
+         written through the kernel's page cache, so on a machine with free RAM its cache is RAM, \
+         while tiercache's file cache uses O_DIRECT on the fast device. Two nbdkit rows make the \
+         comparison like-for-like: \"nbdkit cache filter (memory-capped)\" runs nbdkit in a memory cgroup whose limit (RSS and \
+         page cache together: {}) is tiercache's own peak RSS with its file cache, its cache file \
+         on the fast device's filesystem: the same devices and the same RAM, compared with \
+         tiercache's file cache. \"nbdkit cache filter (in page cache)\" leaves the page cache uncapped (its cache in RAM), \
+         compared with tiercache's RAM cache (`--cache mem:`).\n",
+        r.nbdkit_memory_cap
+            .map(fmt_bytes)
+            .unwrap_or_else(|| "not measured".into()),
     );
     if !r.variants.is_empty() {
         let v: Vec<String> = r
@@ -311,7 +557,23 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
             .collect();
         let _ = writeln!(md, "tiercache variants: {}.\n", v.join(", "));
     }
-    let _ = writeln!(md, "## Results\n\n{table}");
+    let _ = writeln!(
+        md,
+        "## Results\n\nEvery configuration ran {} time(s), interleaved: each round runs every \
+         configuration once (odd rounds in reverse order). IOPS are the median with the range \
+         over the rounds; the other columns are those of the median run. The last column is the \
+         share of this machine's CPU that processes outside the benchmark used meanwhile: the \
+         noise. \"2nd half of the run\" is the mean IOPS of the run's second half, after an empty \
+         cache's warm-up (every block read once from the slow device).\n\n{table}",
+        st.repeats
+    );
+    if st.repeats > 1 {
+        let _ = writeln!(
+            md,
+            "IOPS by round (CPU used by other processes in parentheses):\n\n{}",
+            rounds_table(r)
+        );
+    }
     let _ = writeln!(md, "## Targets\n");
     if targets.is_empty() {
         let _ = writeln!(md, "No target could be checked (missing configurations).\n");
@@ -346,8 +608,10 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
          latency\" (share of IOs completing within the fast device's own p99, {}) show how often \
          users actually see fast-device speed. The hit ratio is tiercache's own counters \
          (`read_hits / (read_hits + read_misses)`, blocks) over the measured run only; nbdkit has \
-         no counters, so its figure is estimated from its stats filter. This machine is shared \
-         and noisy: compare configurations as ratios within one run, not across runs.\n",
+         no counters, so its figure is estimated from the reads its log filter saw reach the \
+         backend. This machine may be shared and noisy: compare configurations as ratios within \
+         one run (the targets use the median of the per-round ratios), not across runs, and look \
+         at the CPU other processes took.\n",
         st.log_msec,
         plot::SMOOTH_WINDOWS,
         fmt_lat(Some(r.fast_threshold_ns))
@@ -379,7 +643,7 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
     }
     let notes: Vec<&RunResult> = r.runs.iter().filter(|x| !x.note.is_empty()).collect();
     if !notes.is_empty() {
-        let _ = writeln!(md, "\n## Per-run notes\n");
+        let _ = writeln!(md, "\n## Per-run notes (the median run)\n");
         for x in notes {
             let mut extra = String::new();
             if let (Some(p), Some(d)) = (x.promotions, x.demotions) {
@@ -388,6 +652,11 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
             let _ = writeln!(md, "- {}: {}{extra}", x.label, x.note);
         }
     }
+    let _ = writeln!(
+        md,
+        "\nThe whole benchmark took {:.0} s on this machine.",
+        r.elapsed_secs
+    );
     std::fs::write(out.join("REPORT.md"), md)?;
 
     let mut summary = String::new();

@@ -29,7 +29,7 @@ fn bench_subcommand_runs_and_reports() {
             "2M",
             "--runtime",
             "2",
-            "--junk-runtime",
+            "--repeats",
             "1",
             "--no-nbdkit",
             "--no-ram-cache",
