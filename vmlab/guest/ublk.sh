@@ -56,15 +56,6 @@ ublk_specific_tests() {
   run_fio multiqueue-mixed-sizes --rw=randwrite --bsrange=512-256k --iodepth=32 --numjobs=2 \
     --offset=$((800 << 20)) --size=32M --offset_increment=32M --verify=crc32c --verify_fatal=1 \
     --randrepeat=1 --fsync=16
-  # Every hardware queue carried requests (blk-mq's own counters).
-  mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
-  local hctx queued
-  for hctx in /sys/kernel/debug/block/ublkb$UBLK_ID/hctx*; do
-    [ -e "$hctx/queued" ] || continue
-    queued=$(cat "$hctx/queued")
-    step "$(basename "$hctx"): $queued requests queued"
-    [ "$queued" -gt 0 ] || fail "hardware queue $(basename "$hctx") carried no request"
-  done
 
   step "write-zeroes (blkdiscard -z) and discard through $DEV"
   local off=$((900 << 20)) len=$((8 << 20))
@@ -80,8 +71,9 @@ ublk_specific_tests() {
   local reader=$!
   sleep 1
   stop_tiercache
-  wait "$reader" 2>/dev/null && step "the reader finished before the stop" ||
-    step "the reader got an error once the device was stopped, as expected"
+  local status=0
+  wait "$reader" 2>/dev/null || status=$?
+  step "the reader ended with status $status (EOF or EIO once the device is gone)"
   wait_gone() {
     local i=0
     while [ -e "$1" ]; do
@@ -93,6 +85,36 @@ ublk_specific_tests() {
   wait_gone "$DEV"
   wait_gone /dev/ublkc$UBLK_ID
   grep -q "tiercache: stopped" "$OUT/tiercache-boot$VMLAB_BOOT.log" || fail "no clean stop"
+  # Every hardware queue carried requests (tiercache counts them per queue
+  # and logs the counts when the device stops).
+  local qid served
+  for qid in $(seq 0 $((UBLK_QUEUES - 1))); do
+    served=$(grep -o "ublk queue $qid: [0-9]* requests served" "$OUT/tiercache-boot$VMLAB_BOOT.log" | tail -n 1 | awk '{print $4}')
+    step "queue $qid served ${served:-no} requests"
+    [ "${served:-0}" -gt 0 ] || fail "hardware queue $qid carried no request"
+  done
+
+  # The worst case for a stop: a mounted file system. tiercache must still
+  # exit cleanly (the device is deleted when the mount goes away), and the
+  # next start must find a clean shutdown.
+  attach_device
+  mkfs.ext4 -q -F "$DEV"
+  mkdir -p /mnt/fs
+  mount "$DEV" /mnt/fs
+  head -c 4M /dev/urandom >/mnt/fs/file
+  sync
+  step "SIGTERM with ext4 mounted on $DEV"
+  timeout 60 bash -c "kill -TERM $TC_PID; while kill -0 $TC_PID 2>/dev/null; do sleep 0.2; done" ||
+    fail "tiercache did not exit within 60 s of SIGTERM with a mounted file system"
+  wait "$TC_PID" || fail "tiercache exited with an error with a mounted file system"
+  TC_PID=""
+  rm -f "$TC_CONTROL"
+  umount -l /mnt/fs || true
+  wait_gone /dev/ublkc$UBLK_ID
+  attach_device
+  grep "opened cache" "$OUT/tiercache-boot$VMLAB_BOOT.log" | tail -n 1 | grep -q "after a clean shutdown" ||
+    fail "the start after a stop with a mounted file system did not find a clean shutdown"
+  stop_tiercache
 }
 
 . /vmlab/cache-tests.sh

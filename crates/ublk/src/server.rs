@@ -350,9 +350,8 @@ unsafe impl Send for BufPtr {}
 /// A queue thread: one async task per tag and one draining the eventfd,
 /// on a local executor driven by the queue's io_uring.
 fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
-    // Declared before the queue, so dropped after it: the kernel may use
-    // the buffers and the eventfd read target until the queue's io_uring
-    // is closed.
+    // Declared before the queue, so dropped after it: the kernel uses the
+    // buffers until the queue is down.
     let buf_bytes = dev.dev_info.max_io_buf_bytes as usize;
     let slots: Vec<Arc<TagSlot>> = (0..dev.dev_info.queue_depth)
         .map(|_| {
@@ -369,8 +368,10 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             return;
         }
     };
-    let mut eventfd_target = Box::new(0u64);
-    let eventfd_target_ptr: *mut u64 = &mut *eventfd_target;
+    // Where the eventfd reads land. Leaked (8 bytes per queue thread): the
+    // queue's io_uring is a thread-local of libublk that outlives this
+    // function, and a read may still be posted on it when we return.
+    let eventfd_target_ptr: *mut u64 = Box::leak(Box::new(0u64));
 
     let queue = match UblkQueue::new(qid, dev) {
         Ok(q) => Rc::new(q),
@@ -380,16 +381,18 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
         }
     };
     let exe = Rc::new(smol::LocalExecutor::new());
+    let served = Rc::new(std::cell::Cell::new(0u64));
     let mut tag_tasks = Vec::new();
     for tag in queue.tags() {
-        let (q, slot, shared, notifier) = (
+        let (q, slot, shared, notifier, served) = (
             queue.clone(),
             slots[tag as usize].clone(),
             shared.clone(),
             notifier.clone(),
+            served.clone(),
         );
         tag_tasks.push(exe.spawn(async move {
-            match serve_tag(&q, tag, slot, &shared, notifier).await {
+            match serve_tag(&q, tag, slot, &shared, notifier, &served).await {
                 Ok(()) | Err(UblkError::QueueIsDown) => {}
                 Err(e) => log::error!("ublk queue {qid} tag {tag}: {}", describe(&e)),
             }
@@ -425,10 +428,10 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             log::error!("ublk queue {qid}: {}", describe(&e));
         }
     }));
+    log::info!("ublk queue {qid}: {} requests served", served.get());
     drop(_drain);
     drop(exe);
     drop(queue);
-    drop(eventfd_target);
 }
 
 /// One tag: fetch a request, run it on a worker, commit the result, and
@@ -439,6 +442,7 @@ async fn serve_tag(
     slot: Arc<TagSlot>,
     shared: &Shared,
     notifier: Arc<Notifier>,
+    served: &std::cell::Cell<u64>,
 ) -> Result<(), UblkError> {
     q.submit_io_prep_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), 0, Some(&slot.buf))
         .await?;
@@ -475,6 +479,7 @@ async fn serve_tag(
                 }
             }
         };
+        served.set(served.get() + 1);
         if result < 0 {
             log::debug!(
                 "ublk queue {} tag {tag}: op_flags {:#x} sector {} sectors {} failed: {}",
