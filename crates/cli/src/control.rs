@@ -61,13 +61,55 @@ pub fn bind(path: &Path) -> Result<UnixListener> {
             .with_context(|| format!("removing stale socket {}", path.display()))?;
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        socket_dir(dir)?;
     }
-    let l = UnixListener::bind(path)
+    // Bind under a temporary name, restrict, then rename into place: the
+    // socket is never reachable under its real name with default modes.
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let l = UnixListener::bind(&tmp)
         .with_context(|| format!("binding control socket {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("moving control socket into place at {}", path.display()))?;
     Ok(l)
 }
+
+/// Makes sure `dir` can hold our sockets: created 0700 if missing; the
+/// default directory (which another user could have created first in /tmp)
+/// must be ours and closed to others.
+pub fn socket_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        return Ok(());
+    }
+    if dir == default_dir() {
+        let meta = std::fs::metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        if meta.uid() != uid || meta.mode() & 0o077 != 0 {
+            bail!(
+                "{} belongs to uid {} with mode {:o}: refusing to put sockets there \
+                 (remove it, or choose --socket/--control elsewhere)",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Control connections served at once; more are refused (each holds a
+/// thread).
+const MAX_CONTROL_CONNECTIONS: usize = 16;
+/// A control client must send its request within this time.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves control requests until the listener is closed or the process
 /// ends. Each connection gets its own thread.
@@ -75,16 +117,33 @@ pub fn serve(listener: UnixListener, target: Arc<ControlTarget>) {
     std::thread::Builder::new()
         .name("tiercache-control".into())
         .spawn(move || {
+            let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
+                let Ok(mut conn) = conn else { continue };
+                if active.load(Ordering::SeqCst) >= MAX_CONTROL_CONNECTIONS {
+                    let _ = send(
+                        &mut conn,
+                        &Reply::Error {
+                            message: "too many control connections; try again".into(),
+                        },
+                    );
+                    continue;
+                }
+                let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
+                active.fetch_add(1, Ordering::SeqCst);
                 let t = target.clone();
-                let _ = std::thread::Builder::new()
+                let done = active.clone();
+                let spawned = std::thread::Builder::new()
                     .name("tiercache-control-conn".into())
                     .spawn(move || {
                         if let Err(e) = handle(conn, &t) {
                             log::warn!("control connection: {e:#}");
                         }
+                        done.fetch_sub(1, Ordering::SeqCst);
                     });
+                if spawned.is_err() {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         })
         .expect("spawn control thread");
@@ -220,5 +279,23 @@ mod tests {
         })
         .unwrap();
         assert_eq!(s, r#"{"cmd":"set-mode","mode":"writearound"}"#);
+    }
+}
+
+#[cfg(test)]
+mod dir_tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn socket_dirs_are_created_private_and_sockets_bound_0600() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("a/b");
+        socket_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let sock = dir.join("x.ctl");
+        let _l = bind(&sock).unwrap();
+        assert_eq!(std::fs::metadata(&sock).unwrap().mode() & 0o777, 0o600);
+        assert!(bind(&sock).is_err(), "a live socket is not replaced");
     }
 }

@@ -228,8 +228,7 @@ fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
         }
         None => {
             if let Some(dir) = s.socket.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
+                crate::control::socket_dir(dir)?;
             }
             Listener::bind_unix(&s.socket)
                 .with_context(|| format!("binding {}", s.socket.display()))?
