@@ -52,10 +52,10 @@ pub fn run(s: &ServeSettings) -> Result<()> {
                     log::warn!("{w}");
                 }
                 log::info!(
-                    "opened cache {cache_spec}: {} blocks restored ({} dirty) after a {} shutdown{}{}",
+                    "opened cache {cache_spec}: {} blocks restored ({} dirty) after {} shutdown{}{}",
                     report.restored_blocks,
                     report.restored_dirty,
-                    if report.was_clean_shutdown { "clean" } else { "unclean" },
+                    if report.was_clean_shutdown { "a clean" } else { "an unclean" },
                     if report.was_clean_shutdown {
                         String::new()
                     } else {
