@@ -3,165 +3,18 @@
 //! skips with a printed reason only when a tool is missing (`make test`
 //! installs them).
 
+mod common;
+
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
-
-fn have(tool: &str, test: &str) -> bool {
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED {test}: {tool} is not installed (run `make deps`)");
-    }
-    ok
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn tiercache() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-}
-
-/// A `tiercache serve` child process over file devices in a temp dir.
-struct Served {
-    dir: PathBuf,
-    child: Option<Child>,
-    args: Vec<String>,
-}
-
-impl Served {
-    /// Formats the cache (with the `--mode`/`--block-size` of `args`), then
-    /// serves.
-    fn start(dir: &Path, args: &[&str]) -> Served {
-        let mut create = tiercache();
-        create
-            .arg("create")
-            .arg("--backing")
-            .arg(dir.join("backing.img"))
-            .arg("--cache")
-            .arg(dir.join("cache.img"));
-        for pair in args.chunks(2) {
-            if matches!(pair[0], "--mode" | "--block-size") {
-                create.args(pair);
-            }
-        }
-        run(&mut create);
-        let mut s = Served {
-            dir: dir.to_path_buf(),
-            child: None,
-            args: args.iter().map(|s| s.to_string()).collect(),
-        };
-        s.spawn();
-        s
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("nbd.sock")
-    }
-    fn control(&self) -> PathBuf {
-        self.dir.join("nbd.ctl")
-    }
-    fn uri(&self) -> String {
-        format!("nbd+unix:///default?socket={}", self.socket().display())
-    }
-
-    fn spawn(&mut self) {
-        let _ = std::fs::remove_file(self.control());
-        let log = std::fs::File::create(self.dir.join("serve.log")).unwrap();
-        let child = tiercache()
-            .arg("serve")
-            .arg("--backing")
-            .arg(self.dir.join("backing.img"))
-            .arg("--cache")
-            .arg(self.dir.join("cache.img"))
-            .arg("--socket")
-            .arg(self.socket())
-            .args(&self.args)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let start = Instant::now();
-        while !self.control().exists() {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("serve exited with {st}: {}", self.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "serve did not start: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
-    }
-
-    /// SIGTERM and wait: a clean stop.
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let st = c.wait().unwrap();
-            assert!(st.success(), "serve exited with {st}: {}", self.log());
-        }
-    }
-
-    fn stats(&self) -> serde_json::Value {
-        let out = run(tiercache()
-            .arg("stats")
-            .arg("--json")
-            .arg("--control")
-            .arg(self.control()));
-        serde_json::from_str(&out).unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use std::process::{Child, Command};
+use std::time::Duration;
 
 fn devices(dir: &Path, backing: u64, cache: u64) {
     let b = std::fs::File::create(dir.join("backing.img")).unwrap();
     b.set_len(backing).unwrap();
     let c = std::fs::File::create(dir.join("cache.img")).unwrap();
     c.set_len(cache).unwrap();
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]
@@ -294,7 +147,7 @@ fn qemu_img_round_trip_and_detach_leaves_backing_whole() {
     );
     let out = run(tiercache().arg("detach").arg("--control").arg(s.control()));
     assert!(out.contains("detached"), "{out}");
-    let st = s.child.take().unwrap().wait().unwrap();
+    let st = s.wait_exit(Duration::from_secs(60));
     assert!(st.success(), "{}", s.log());
     assert!(
         std::fs::read(dir.path().join("backing.img")).unwrap() == data,
@@ -467,7 +320,7 @@ fn ext4_on_the_cache_survives_a_server_restart() {
     m.release();
     s.stop();
 
-    s.spawn();
+    s.restart();
     let Some(dev) = attach(&s, &mnt, &mut m, t) else {
         return;
     };
@@ -503,7 +356,7 @@ fn a_clean_restart_is_warm_and_refuses_the_wrong_backing_device() {
     s.stop();
     // The backing device does not have the data yet: it lives in the cache.
     assert!(std::fs::read(dir.path().join("backing.img")).unwrap()[..data.len()] != data[..]);
-    s.spawn();
+    s.restart();
     let out = dir.path().join("out.img");
     run(Command::new("nbdcopy").arg(s.uri()).arg(&out));
     assert!(std::fs::read(&out).unwrap()[..data.len()] == data[..]);

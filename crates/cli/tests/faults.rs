@@ -53,6 +53,31 @@ impl Drop for SmallFs {
     }
 }
 
+/// Sparse `backing.img` and `cache.img` in `d` (sizes in MiB): their paths,
+/// and the same as strings.
+fn sparse_devices(
+    d: &Path,
+    backing_mib: u64,
+    cache_mib: u64,
+) -> (PathBuf, PathBuf, String, String) {
+    let (backing, cache) = (d.join("backing.img"), d.join("cache.img"));
+    sparse_file(&backing, backing_mib * MIB);
+    sparse_file(&cache, cache_mib * MIB);
+    let (b, c) = (backing.display().to_string(), cache.display().to_string());
+    (backing, cache, b, c)
+}
+
+/// Runs a Python check in nbdsh that prints `verified` at its end; panics
+/// with its error output otherwise.
+fn assert_verified(s: &Served, code: &str, what: &str) {
+    let out = s.nbdsh(code);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("verified"),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn sha(path: &Path) -> Vec<u8> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).unwrap();
@@ -141,12 +166,7 @@ for k in range({written}):\n
     assert h.pread(65536, k * 65536) == blk(k, 1, 65536), k\n
 print('verified')\n"
     );
-    let out = s.nbdsh(&verify);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("verified"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_verified(&s, &verify, "read back");
     // A crash now leaves consistent metadata, and a restart serves the
     // same data.
     s.kill();
@@ -155,12 +175,7 @@ print('verified')\n"
     assert!(report.contains("clean with a crc"), "{report}");
     s.args = vec!["--block-size".into(), "4k".into()];
     s.restart();
-    let out = s.nbdsh(&verify);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("verified"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_verified(&s, &verify, "read back");
     s.kill();
     drop(fs);
 }
@@ -173,10 +188,7 @@ fn a_cache_file_damaged_or_replaced_while_stopped_is_refused_and_left_alone() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (backing, cache) = (d.join("backing.img"), d.join("cache.img"));
-    sparse_file(&backing, 32 * MIB);
-    sparse_file(&cache, 16 * MIB);
-    let (b, c) = (backing.display().to_string(), cache.display().to_string());
+    let (_, cache, b, c) = sparse_devices(d, 32, 16);
     let mut s = Served::spawn(d, &b, &c, &["--create", "--mode", "writeback"]);
     let out = s.nbdsh(&format!(
         "{PY_BLOCK}
@@ -246,16 +258,15 @@ h.flush()\n"
     std::fs::write(&cache, good).unwrap();
     s.args = vec![];
     s.restart();
-    let out = s.nbdsh(&format!(
-        "{PY_BLOCK}
+    assert_verified(
+        &s,
+        &format!(
+            "{PY_BLOCK}
 for k in range(64):\n
     assert h.pread(4096, k * 4096) == blk(k, 2), k\n
 print('verified')\n"
-    ));
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("verified"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ),
+        "read back",
     );
 }
 
@@ -322,12 +333,7 @@ for k in ks:\n
 print('verified')\n",
         d.join("blocks.txt").display()
     );
-    let out = s.nbdsh(&verify);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("verified"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_verified(&s, &verify, "read back");
     // The detach now completes, and the backing file alone holds the data.
     run(tiercache().arg("detach").arg("--control").arg(s.control()));
     let st = s.wait_exit(Duration::from_secs(60));
@@ -356,10 +362,7 @@ fn killed_during_mode_switches_it_restarts_in_one_of_the_modes_with_data_intact(
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (backing, cache) = (d.join("backing.img"), d.join("cache.img"));
-    sparse_file(&backing, 64 * MIB);
-    sparse_file(&cache, 16 * MIB);
-    let (b, c) = (backing.display().to_string(), cache.display().to_string());
+    let (_, _, b, c) = sparse_devices(d, 64, 16);
     let mut s = Served::spawn(d, &b, &c, &["--create", "--mode", "writeback"]);
     s.args = vec![];
     for round in 0..4u64 {
@@ -395,16 +398,15 @@ h.flush()\n"
             mode == modes[round as usize % 4] || mode == "writeback" || round > 0,
             "round {round}: restarted in {mode}"
         );
-        let out = s.nbdsh(&format!(
-            "{PY_BLOCK}
+        assert_verified(
+            &s,
+            &format!(
+                "{PY_BLOCK}
 for k in range(256):\n
     assert h.pread(4096, k * 4096) == blk(k, {round}), k\n
 print('verified')\n"
-        ));
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("verified"),
-            "round {round}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            ),
+            "read back",
         );
         // Back to writeback for the next round.
         run(tiercache()

@@ -84,6 +84,31 @@ pub struct Served {
 }
 
 impl Served {
+    /// Formats `dir`/cache.img for `dir`/backing.img (with the `--mode` and
+    /// `--block-size` of `args`), then serves them with `args`.
+    pub fn start(dir: &Path, args: &[&str]) -> Served {
+        let (backing, cache) = (dir.join("backing.img"), dir.join("cache.img"));
+        let mut create = tiercache();
+        create
+            .arg("create")
+            .arg("--backing")
+            .arg(&backing)
+            .arg("--cache")
+            .arg(&cache);
+        for pair in args.chunks(2) {
+            if matches!(pair[0], "--mode" | "--block-size") {
+                create.args(pair);
+            }
+        }
+        run(&mut create);
+        Served::spawn(
+            dir,
+            &backing.display().to_string(),
+            &cache.display().to_string(),
+            args,
+        )
+    }
+
     /// Serves without formatting first (use `--create` in `args`, or
     /// format with `tiercache create`).
     pub fn spawn(dir: &Path, backing: &str, cache: &str, args: &[&str]) -> Served {
@@ -196,6 +221,8 @@ impl Served {
     }
 
     /// Waits for the server to exit by itself (after a detach).
+    ///
+    /// Panics after `limit`.
     pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
         let start = Instant::now();
         loop {
