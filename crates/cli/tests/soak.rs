@@ -41,7 +41,7 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
     let d = dir.path();
     std::fs::File::create(d.join("b.img"))
         .unwrap()
-        .set_len(64 << 20)
+        .set_len(72 << 20)
         .unwrap();
     std::fs::File::create(d.join("c.img"))
         .unwrap()
@@ -97,6 +97,20 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
     };
     let before = fds_and_rss(server.id());
     let stop = Arc::new(AtomicBool::new(false));
+    // Samples of (fds, RSS) through the run: after warm-up they must stay
+    // flat, not just end below a bound.
+    let sampler = {
+        let stop = stop.clone();
+        let pid = server.id();
+        std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                samples.push(fds_and_rss(pid));
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            samples
+        })
+    };
     let operator = {
         let stop = stop.clone();
         let ctl = ctl.clone();
@@ -153,12 +167,28 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
             "--verify=crc32c",
             "--verify_fatal=1",
             "--verify_backlog=64",
+            // A flush from each client every 64 writes.
+            "--fsync=64",
         ])
         .args(["--time_based", &format!("--runtime={secs}")])
+        // A 17th client trims and rewrites its own 8 MiB (trimmed data is
+        // undefined, so it is not verified) while the others run.
+        .args([
+            "--name=trimmer",
+            "--rw=trimwrite",
+            "--bs=64k",
+            "--offset=64M",
+            "--size=8M",
+            "--iodepth=2",
+            "--numjobs=1",
+            "--time_based",
+            &format!("--runtime={secs}"),
+        ])
         .output()
         .unwrap();
     stop.store(true, Ordering::SeqCst);
     let switches = operator.join().unwrap();
+    let samples = sampler.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -174,10 +204,16 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
             "job {} failed verification",
             job["jobname"]
         );
-        ios += job["read"]["total_ios"].as_u64().unwrap()
-            + job["write"]["total_ios"].as_u64().unwrap();
+        if job["jobname"] == "soak" {
+            ios += job["read"]["total_ios"].as_u64().unwrap()
+                + job["write"]["total_ios"].as_u64().unwrap();
+        }
     }
     let stats: serde_json::Value = serde_json::from_str(&control(&["stats", "--json"])).unwrap();
+    assert!(
+        stats["trims"].as_u64().unwrap() > 0,
+        "no trim reached the engine"
+    );
     let after = fds_and_rss(server.id());
     // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
@@ -208,8 +244,21 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
         before.1,
         after.1
     );
+    // Flat: the second half of the run never needs much more than the
+    // first half did.
+    let half = samples.len() / 2;
+    let peak = |s: &[(usize, u64)]| {
+        s.iter()
+            .fold((0, 0), |(f, r), &(f2, r2)| (f.max(f2), r.max(r2)))
+    };
+    let (first, second) = (peak(&samples[..half]), peak(&samples[half..]));
+    assert!(
+        second.0 <= first.0 + 4 && second.1 <= first.1 + 64 * 1024,
+        "not flat: first half peak {first:?}, second half peak {second:?} (fds, RSS KiB)"
+    );
     eprintln!(
-        "soak: 16 clients x {secs}s, {ios} IOs verified, {switches} operator rounds, fds {}->{}, rss {}->{} KiB",
-        before.0, after.0, before.1, after.1
+        "soak: 16 verifying clients + 1 trimming x {secs}s, {ios} IOs verified, {} trims, {switches} operator rounds, fds {}->{}, rss {}->{} KiB (peak first half {} KiB, second half {} KiB)",
+        stats["trims"],
+        before.0, after.0, before.1, after.1, first.1, second.1
     );
 }
