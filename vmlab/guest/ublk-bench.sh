@@ -5,8 +5,9 @@
 # read after the warm-up is a hit and the front end's cost shows.
 # Run:
 #   vmlab/run.sh --disk ssd=512M vmlab/guest/ublk-bench.sh
-# Environment: BENCH_RUNTIME (seconds per job, default 15), UBLK_QUEUES
-# (default 2), NBD_CONNECTIONS (default 2).
+# Environment: BENCH_RUNTIME (seconds per job, default 15), BENCH_ROUNDS
+# (NBD then ublk, repeated; default 1), UBLK_QUEUES (default 2),
+# NBD_CONNECTIONS (default 2).
 . /vmlab/lib.sh
 OUT="$VMLAB_RESULTS/ublk-bench"
 mkdir -p "$OUT" /run/tiercache
@@ -14,6 +15,7 @@ SSD=$(disk ssd)
 RUNTIME=${BENCH_RUNTIME:-15}
 UBLK_QUEUES=${UBLK_QUEUES:-2}
 NBD_CONNECTIONS=${NBD_CONNECTIONS:-2}
+ROUNDS=${BENCH_ROUNDS:-1}
 SIZE=$((256 << 20))
 TC_PID=""
 
@@ -35,44 +37,45 @@ stop() {
 jobs() {
   local fe=$1 dev=$2 name
   fio --name=warmup --filename="$dev" --direct=1 --ioengine=libaio --rw=write --bs=1M \
-    --iodepth=4 --size=$SIZE --output="$OUT/$fe-warmup.txt" || fail "warm-up on $fe"
+    --iodepth=4 --size=$SIZE --eta=never --output="$OUT/$fe-warmup.txt" || fail "warm-up on $fe"
   for job in "randread 4k 1 1" "randread 4k 32 2" "randwrite 4k 32 2" "read 128k 8 1"; do
     set -- $job
     name="$1-$2-qd$3x$4"
     step "$fe: fio $name (${RUNTIME}s)"
     fio --name="$name" --filename="$dev" --direct=1 --ioengine=libaio --rw="$1" --bs="$2" \
       --iodepth="$3" --numjobs="$4" --size=$SIZE --time_based --runtime="$RUNTIME" \
-      --group_reporting --output-format=json --output="$OUT/$fe-$name.json" || fail "fio $name on $fe"
-    python3 - "$OUT/$fe-$name.json" "$fe" "$name" >>"$OUT/summary.txt" <<'EOF' 2>/dev/null ||
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-io = j["read"] if j["read"]["io_bytes"] else j["write"]
-print(f'{sys.argv[2]:5} {sys.argv[3]:22} {io["iops"]:9.0f} IOPS  p50 {io["clat_ns"]["percentile"]["50.000000"]/1000:7.0f} us  p99 {io["clat_ns"]["percentile"]["99.000000"]/1000:7.0f} us')
-EOF
-      grep -o '"iops" : [0-9.]*' "$OUT/$fe-$name.json" | head -n 2 | tr '\n' ' ' | sed "s/^/$fe $name /" >>"$OUT/summary.txt"
+      --group_reporting --eta=never --output="$OUT/$fe-$name.txt" || fail "fio $name on $fe"
+    printf '%-5s %-20s %s  clat avg %s\n' "$fe" "$name" \
+      "$(grep -oE '(read|write): IOPS=[^,]*' "$OUT/$fe-$name.txt" | head -n 1)" \
+      "$(grep -E '^ +clat \(' "$OUT/$fe-$name.txt" | head -n 1 | sed -E 's/.*clat \(([a-z]+)\).*avg= *([0-9.]+).*/\2 \1/')" \
+      >>"$OUT/summary.txt"
     tail -n 1 "$OUT/summary.txt"
   done
 }
 
-step "NBD: kernel nbd-client, $NBD_CONNECTIONS connections"
-serve --socket /run/tiercache/tc.sock
+have_ublk=0
+tiercache serve --help | grep -q -- '--ublk' && modprobe ublk_drv && have_ublk=1
 modprobe nbd nbds_max=2
-nbd-client -unix /run/tiercache/tc.sock /dev/nbd0 -N default -b 4096 -C "$NBD_CONNECTIONS" -t 120 >/dev/null ||
-  fail "nbd-client"
-wait_for_path /sys/block/nbd0/pid 30
-jobs nbd /dev/nbd0
-nbd-client -d /dev/nbd0 >/dev/null
-stop
-
-if tiercache serve --help | grep -q -- '--ublk' && modprobe ublk_drv; then
-  step "ublk: $UBLK_QUEUES queues"
-  serve --ublk --ublk-id 0 --ublk-queues "$UBLK_QUEUES"
-  wait_for_path /dev/ublkb0 30
-  jobs ublk /dev/ublkb0
+for round in $(seq 1 "$ROUNDS"); do
+  step "round $round: NBD (kernel nbd-client, $NBD_CONNECTIONS connections)"
+  serve --socket /run/tiercache/tc.sock
+  nbd-client -unix /run/tiercache/tc.sock /dev/nbd0 -N default -b 4096 -C "$NBD_CONNECTIONS" -t 120 >/dev/null ||
+    fail "nbd-client"
+  wait_for_path /sys/block/nbd0/pid 30
+  jobs nbd /dev/nbd0
+  nbd-client -d /dev/nbd0 >/dev/null
   stop
-else
-  step "no ublk here; NBD only"
-fi
+  if [ "$have_ublk" = 1 ]; then
+    step "round $round: ublk ($UBLK_QUEUES queues)"
+    while [ -e /dev/ublkc0 ]; do sleep 0.1; done
+    serve --ublk --ublk-id 0 --ublk-queues "$UBLK_QUEUES"
+    wait_for_path /dev/ublkb0 30
+    jobs ublk /dev/ublkb0
+    stop
+  else
+    step "no ublk here; NBD only"
+  fi
+done
 
 step "summary (guest under TCG: compare the two front ends, not absolute numbers)"
 cat "$OUT/summary.txt"

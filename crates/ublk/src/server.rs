@@ -134,6 +134,9 @@ pub struct UblkServer {
 struct Shared {
     export: Arc<dyn Export>,
     jobs: Submitter,
+    /// One per queue, indexed by queue id; made before the device starts
+    /// so that a failure is reported instead of stalling the start.
+    notifiers: Vec<Arc<Notifier>>,
 }
 
 impl UblkServer {
@@ -169,9 +172,14 @@ impl UblkServer {
 
         let pool = WorkerPool::new(cfg.worker_count(), "ublk-io")
             .map_err(|e| StartError::Driver(format!("starting worker threads: {e}")))?;
+        let notifiers = (0..cfg.queues)
+            .map(|_| Notifier::new().map(Arc::new))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| StartError::Driver(format!("creating eventfds: {e}")))?;
         let shared = Arc::new(Shared {
             export,
             jobs: pool.submitter(),
+            notifiers,
         });
         let (started_tx, started_rx) = mpsc::channel::<Result<(), String>>();
         let runner = {
@@ -361,13 +369,7 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             })
         })
         .collect();
-    let notifier = match Notifier::new() {
-        Ok(n) => Arc::new(n),
-        Err(e) => {
-            log::error!("ublk queue {qid}: eventfd: {e}");
-            return;
-        }
-    };
+    let notifier = shared.notifiers[usize::from(qid)].clone();
     // Where the eventfd reads land. Leaked (8 bytes per queue thread): the
     // queue's io_uring is a thread-local of libublk that outlives this
     // function, and a read may still be posted on it when we return.
