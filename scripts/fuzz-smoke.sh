@@ -50,6 +50,11 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz >/dev/null
 fi
 host="$(rustc -vV | sed -n 's/^host: //p')"
+# Targets built without a sanitizer use glibc's malloc, which by default
+# returns each freed 256 KiB reader buffer to the kernel and page-faults it
+# back in on the next input: keeping freed memory makes them ~5x faster.
+# (ASan's allocator ignores this.) Set for the fuzz runs only.
+run_tunables="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432"
 logs="${TMPDIR:-/tmp}/fuzz-smoke"
 mkdir -p "$logs"
 
@@ -116,7 +121,7 @@ for dir in crates/*/fuzz; do
     [ -d "$dir/seeds/$name" ] && inputs+=("$dir/seeds/$name")
     log="$logs/$(basename "$crate_dir")-$name.log"
     s0=$(date +%s)
-    if "$bin_dir/$name" "${args[@]}" "${inputs[@]}" >"$log" 2>&1; then
+    if GLIBC_TUNABLES="$run_tunables" "$bin_dir/$name" "${args[@]}" "${inputs[@]}" >"$log" 2>&1; then
       ok=1
     else
       ok=0
