@@ -3,7 +3,7 @@
 //! Each must now end in a clean error or a correct result.
 
 use std::io::{Cursor, Write};
-use tiercache_sim::trace::{BlkEvent, MAX_LINE_BYTES};
+use tiercache_sim::trace::{BlkEvent, VolumeMode, MAX_LINE_BYTES, MAX_VOLUME_NAME_BYTES};
 use tiercache_sim::{parse_fio_job, Error, Request, TraceFormat, TraceOptions, TraceReader};
 
 fn read(data: &[u8], format: Option<TraceFormat>) -> Result<Vec<Request>, Error> {
@@ -115,4 +115,33 @@ fn fio_job_time_based_pass_count_saturates() {
     let text = "[j]\nrw=randread\nbs=1\nsize=18446744073709551615\ntime_based\n";
     let job = parse_fio_job(text, None).unwrap();
     assert_eq!(job.workload.ios, u64::MAX);
+}
+
+/// Volume names were kept whatever their length: 16384 volumes of a 1 MiB
+/// name each (a few KiB of zstd) would take 16 GiB.
+#[test]
+fn overlong_volume_name_is_an_error_where_names_are_kept() {
+    let long = "v".repeat(MAX_VOLUME_NAME_BYTES + 1);
+    let text = format!("fio version 2 iolog\n/dev/a read 0 4096\n{long} read 0 4096\n");
+    let err = read(text.as_bytes(), Some(TraceFormat::Fio)).unwrap_err();
+    assert!(err.to_string().contains("volume name longer than"), "{err}");
+    assert_eq!(parse_error_line(&err), 3);
+    // At the limit it is kept; merged or filtered, names are not stored.
+    let ok = format!("fio version 2 iolog\n{} read 0 4096\n", &long[1..]);
+    assert_eq!(
+        read(ok.as_bytes(), Some(TraceFormat::Fio)).unwrap().len(),
+        1
+    );
+    for volumes in [VolumeMode::Merge, VolumeMode::Only(long.clone())] {
+        let opts = TraceOptions {
+            format: Some(TraceFormat::Fio),
+            volumes,
+            ..TraceOptions::default()
+        };
+        let r: Vec<Request> = TraceReader::new(Cursor::new(text.clone().into_bytes()), "t", &opts)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!r.is_empty());
+    }
 }

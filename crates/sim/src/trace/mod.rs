@@ -4,7 +4,7 @@
 //! Every reader works in constant memory (one line at a time, at most
 //! [`MAX_LINE_BYTES`] long, so input without newlines fails instead of
 //! filling memory; the only state that grows is the table of volume names,
-//! one entry per volume), reads
+//! one entry of at most [`MAX_VOLUME_NAME_BYTES`] per volume), reads
 //! gzip- or zstd-compressed input directly (detected by magic bytes, not by
 //! file name), and reports a malformed line as [`Error::Parse`] with the
 //! 1-based line number.
@@ -241,6 +241,10 @@ const SNIFF_BYTES: usize = 64 * 1024;
 /// are under 200 bytes; a longer one means binary or garbled input (or a
 /// decompression bomb without newlines) and is an [`Error::Parse`].
 pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// The longest volume name kept in [`VolumeMode::Separate`] (Linux's
+/// PATH_MAX, for fio file names). With at most 16384 volumes this bounds the
+/// volume table at 64 MiB.
+pub const MAX_VOLUME_NAME_BYTES: usize = 4096;
 
 /// Wraps `raw` in a decompressor if its first bytes are a gzip or zstd magic
 /// number.
@@ -501,6 +505,15 @@ impl TraceReader {
                     let idx = match self.volumes.get(v) {
                         Some(&i) => i,
                         None => {
+                            if v.len() > MAX_VOLUME_NAME_BYTES {
+                                return Err(Error::parse(
+                                    &self.source_name,
+                                    line_no,
+                                    format!(
+                                        "volume name longer than {MAX_VOLUME_NAME_BYTES} bytes"
+                                    ),
+                                ));
+                            }
                             if next >= 1 << (64 - VOLUME_SHIFT) {
                                 return Err(Error::parse(
                                     &self.source_name,
