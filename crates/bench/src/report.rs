@@ -532,13 +532,14 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
             .iter()
             .map(|v| {
                 format!(
-                    "{}{} ({})",
+                    "{}{} ({}, cache {})",
                     v.policy,
                     v.admission
                         .as_ref()
                         .map(|a| format!("+{a}"))
                         .unwrap_or_else(|| "+hotspot (default admission)".into()),
-                    v.mode
+                    v.mode,
+                    if v.ram { "in RAM" } else { "file, O_DIRECT" }
                 )
             })
             .collect();
