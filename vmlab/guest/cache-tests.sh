@@ -106,6 +106,16 @@ fio_verify_seq() { run_fio "$1" --rw=write --bs=128k --iodepth=4 --offset="$VERI
 fio_crash_a() { run_fio "$1" --rw=randwrite --bs=64k --iodepth=8 --offset="$CRASH_A_OFFSET" \
   --size="$CRASH_A_SIZE" --verify=crc32c --verify_fatal=1 --randrepeat=1 "${@:2}"; }
 
+# assert_no_io_errors: the kernel logged no IO error for $DEV so far (a
+# failed request the kernel or mkfs silently worked around is still a bug).
+assert_no_io_errors() {
+  local name
+  name=$(basename "$DEV")
+  if dmesg | grep -E "I/O error,? (on )?dev $name\b|$name: .*(error|timed out)"; then
+    fail "the kernel logged IO errors for $DEV"
+  fi
+}
+
 tree_listing() { (cd "$1" && find tree -printf '%y %m %s %p %l\n' | LC_ALL=C sort); }
 
 test_ext4_restart() {
@@ -139,6 +149,7 @@ test_ext4_restart() {
   (cd /mnt/fs && sha256sum -c --quiet "$OUT/tree.sha256") || fail "file contents differ after the restart"
   tree_listing /mnt/fs | diff "$OUT/tree.list" - || fail "file tree differs after the restart"
   umount /mnt/fs
+  assert_no_io_errors
   step "ext4 over $FRONTEND: file tree identical after a tiercache restart, fsck clean"
 }
 
@@ -150,6 +161,7 @@ test_fio_verify() {
   tiercache flush --control "$TC_CONTROL" 2>&1 | tr '\r' '\n' | tail -n 1
   fio_verify_rand verify-rand-reread --verify_only
   fio_verify_seq verify-seq-reread --verify_only
+  assert_no_io_errors
 }
 
 # Region B gets random writes (and flushes) all along, so the cache is never
@@ -187,6 +199,7 @@ verify_after_crash() {
   fio_verify_seq verify-seq-after-crash --verify_only
   step "reading all of region B (no IO errors)"
   dd if="$DEV" of=/dev/null bs=1M iflag=direct skip=$((CRASH_B_OFFSET >> 20)) count=$((CRASH_B_SIZE >> 20)) status=none
+  assert_no_io_errors
   step "tiercache detach (write everything back)"
   detach_with_writeback
   DEV=$HDD

@@ -1,0 +1,228 @@
+# Guest script: the field study's anchors side by side in one guest, scaled
+# down for TCG: the study's fio job (randread, zipf:1.2, 4k, iodepth 8,
+# 2 jobs, files on ext4) on
+#   ssd-alone          ext4 on the fast disk
+#   hdd-alone          ext4 on the throttled disk
+#   bcache-cutoff4M    bcache writeback, sequential_cutoff 4M (its default)
+#   bcache-cutoff0     bcache writeback, sequential_cutoff 0
+#   lvmcache-empty     lvmcache (dm-cache) writeback, smq, empty cache
+#   lvmcache-junk      the same, its cache first filled with other data
+#   tiercache-empty    tiercache writeback over the kernel NBD client
+#   tiercache-junk     the same, its cache first filled with other data
+# each with a hot set that fits the cache and one that does not (data 4x the
+# cache). Prints and writes $VMLAB_RESULTS/anchors.md: IOPS, p50/p99
+# completion latency, hit ratio (the cache's own counters, over the
+# measured run only).
+#
+#   vmlab/run.sh --timeout 1800 --disk hdd=3G,iops=300 --disk ssd=256M \
+#       --disk fast=3G vmlab/guest/anchors-bench.sh
+#
+# Environment (--env K=V): BENCH_RUNTIME (s per run, default 15),
+# BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
+# space-separated subset of the names above), BENCH_SIZES ("fits nofit").
+# Caveat: under TCG every IO costs CPU time on one host thread, so the
+# numbers rank the set-ups (hits against misses, warm-up, bypass) but their
+# absolute values say nothing about real hardware; a userspace cache pays
+# for its context switches more than in-kernel ones do.
+. /vmlab/lib.sh
+
+RUNTIME=${BENCH_RUNTIME:-15}
+JUNK_RUNTIME=${BENCH_JUNK_RUNTIME:-20}
+CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmcache-empty lvmcache-junk tiercache-empty tiercache-junk}
+SIZES=${BENCH_SIZES:-fits nofit}
+HDD=$(disk hdd)
+SSD=$(disk ssd)
+FAST=$(disk fast)
+CACHE_BYTES=$(blockdev --getsize64 "$SSD")
+OUT="$VMLAB_RESULTS/anchors"
+mkdir -p "$OUT" /mnt/bench
+modprobe -a nbd bcache dm-cache dm-cache-smq
+
+# Per job: half the cache (both jobs' data fit) or twice the cache (4x).
+job_size() {
+  case "$1" in
+    fits) echo $((CACHE_BYTES / 2 / 1048576))M ;;
+    nofit) echo $((CACHE_BYTES * 2 / 1048576))M ;;
+  esac
+}
+
+wipe() { for d in "$@"; do wipefs -qa "$d"; dd if=/dev/zero of="$d" bs=1M count=8 oflag=direct status=none; done; }
+
+make_fs() {
+  mkfs.ext4 -q -F -E nodiscard "$1"
+  mount -o noinit_itable "$1" /mnt/bench
+}
+
+# --- bcache -----------------------------------------------------------------
+bcache_setup() {
+  local cutoff=$1
+  wipe "$HDD" "$SSD"
+  # 64k buckets: bcache wants at least 1024 of them on the cache device.
+  make-bcache --wipe-bcache --bucket 64k -C "$SSD" -B "$HDD" --writeback >"$OUT/make-bcache.txt"
+  echo "$SSD" >/sys/fs/bcache/register 2>/dev/null || true
+  echo "$HDD" >/sys/fs/bcache/register 2>/dev/null || true
+  wait_for_path /dev/bcache0 30
+  wait_for_path /sys/block/bcache0/bcache/cache 30
+  echo writeback >/sys/block/bcache0/bcache/cache_mode
+  echo "$cutoff" >/sys/block/bcache0/bcache/sequential_cutoff
+  # TCG makes every device look slow: without this bcache would call its
+  # cache congested and bypass it.
+  local set
+  set=$(readlink -f /sys/block/bcache0/bcache/cache)
+  echo 0 >"$set/congested_read_threshold_us"
+  echo 0 >"$set/congested_write_threshold_us"
+  DEV=/dev/bcache0
+}
+bcache_counters() { echo "$(cat /sys/block/bcache0/bcache/stats_total/cache_hits) $(cat /sys/block/bcache0/bcache/stats_total/cache_misses)"; }
+bcache_teardown() {
+  (cd /sys/block/bcache0/bcache/stats_total && grep -H . *) >"$OUT/bcache-stats-$RUN.txt"
+  local set
+  set=$(readlink -f /sys/block/bcache0/bcache/cache)
+  echo 1 >/sys/block/bcache0/bcache/stop
+  echo 1 >"$set/stop"
+  local i=0
+  while [ -e /sys/block/bcache0 ] || [ -e "$set" ]; do
+    i=$((i + 1))
+    [ "$i" -lt 300 ] || fail "bcache did not stop"
+    sleep 0.1
+  done
+  wipe "$HDD" "$SSD"
+}
+
+# --- lvmcache ---------------------------------------------------------------
+LVM_CONFIG='devices { obtain_device_list_from_udev = 0 } activation { udev_sync = 0 udev_rules = 0 }'
+lvm_() { lvm "$1" --config "$LVM_CONFIG" "${@:2}"; }
+lvmcache_setup() {
+  wipe "$HDD" "$SSD"
+  lvm_ pvcreate -qq -ff -y "$HDD" "$SSD"
+  lvm_ vgcreate -qq anchors "$HDD" "$SSD"
+  lvm_ lvcreate -qq -y -Wy -Zy -n origin -l 100%PVS anchors "$HDD"
+  lvm_ lvcreate -qq -y --type cache-pool -n cpool -l 100%PVS anchors "$SSD"
+  lvm_ lvconvert -qq -y --type cache --cachepool anchors/cpool --cachemode writeback \
+    --cachepolicy smq anchors/origin
+  DEV=/dev/mapper/anchors-origin
+  dmsetup table anchors-origin >"$OUT/lvmcache-table.txt"
+}
+# dm-cache status: ... <read hits> <read misses> <write hits> <write misses> ...
+lvmcache_counters() { dmsetup status anchors-origin | awk '{print $8, $9}'; }
+lvmcache_teardown() {
+  # Dropped, not flushed: the dirty blocks are of no interest and the
+  # disks are wiped next.
+  dmsetup remove_all --force >/dev/null 2>&1 || true
+  rm -rf /dev/anchors
+  wipe "$HDD" "$SSD"
+}
+
+# --- tiercache over the kernel NBD client -----------------------------------
+TC_SOCKET=/run/tiercache/bench.sock
+TC_CONTROL=/run/tiercache/bench.ctl
+tiercache_setup() {
+  wipe "$HDD" "$SSD"
+  mkdir -p /run/tiercache
+  tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback >"$OUT/tiercache-create.txt"
+  tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --socket "$TC_SOCKET" \
+    --control "$TC_CONTROL" >>"$OUT/tiercache.log" 2>&1 &
+  TC_PID=$!
+  wait_for_path "$TC_SOCKET" 60
+  nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 >/dev/null
+  DEV=/dev/nbd0
+  local i=0
+  while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
+    i=$((i + 1))
+    [ "$i" -lt 100 ] || fail "nbd0 did not connect"
+    sleep 0.1
+  done
+}
+tiercache_counters() { tiercache stats --control "$TC_CONTROL" | awk '$1 == "reads" {print $4, $7}'; }
+tiercache_teardown() {
+  nbd-client -d /dev/nbd0 >/dev/null
+  kill -TERM "$TC_PID"
+  wait "$TC_PID" || true
+  wipe "$HDD" "$SSD"
+}
+
+# --- plain devices ----------------------------------------------------------
+plain_counters() { echo "0 0"; }
+
+# run_config NAME SIZE: one row of the table.
+run_config() {
+  local name=$1 size=$2 kind junk=0 cutoff=""
+  case "$name" in
+    ssd-alone) kind=plain DEV=$FAST ;;
+    hdd-alone) kind=plain DEV=$HDD ;;
+    bcache-cutoff4M) kind=bcache cutoff=$((4 << 20)) ;;
+    bcache-cutoff0) kind=bcache cutoff=0 ;;
+    lvmcache-empty) kind=lvmcache ;;
+    lvmcache-junk) kind=lvmcache junk=1 ;;
+    tiercache-empty) kind=tiercache ;;
+    tiercache-junk) kind=tiercache junk=1 ;;
+    *) fail "unknown configuration $name" ;;
+  esac
+  RUN=$name-$size
+  step "$name, data $size: set-up"
+  case "$kind" in
+    plain) wipe "$DEV" ;;
+    bcache) bcache_setup "$cutoff" ;;
+    *) "${kind}_setup" ;;
+  esac
+  make_fs "$DEV"
+  if [ "$junk" = 1 ]; then
+    step "$name: filling the cache with other data (${JUNK_RUNTIME}s of random 64k reads over twice its size)"
+    fio --name=junk --directory=/mnt/bench --rw=randread --bs=64k --size=$((CACHE_BYTES * 2 / 1048576))M \
+      --ioengine=libaio --direct=1 --iodepth=8 --time_based --runtime="$JUNK_RUNTIME" --unlink=1 --zero_buffers \
+      --eta=never --output="$OUT/fio-$name-$size-junk.txt" || fail "junk fill"
+  fi
+  # The study's job: lay the files out first, then measure.
+  local common=(--name=study --directory=/mnt/bench --rw=randread --bs=4k --random_distribution=zipf:1.2
+    --iodepth=8 --numjobs=2 --ioengine=libaio --direct=1 --size="$(job_size "$size")" --group_reporting)
+  # (zeroes: random buffers cost a lot of emulated CPU and no cache here
+  # looks at the data)
+  fio "${common[@]}" --create_only=1 --zero_buffers --eta=never --output=/dev/null || fail "fio layout"
+  sync
+  local before after
+  before=$("${kind}_counters")
+  step "$name, data $size: fio ${RUNTIME}s"
+  fio "${common[@]}" --time_based --runtime="$RUNTIME" --unlink=1 --eta=never \
+    --percentile_list=50:99 --output-format=terse --terse-version=3 \
+    --output="$OUT/fio-$name-$size.terse" || fail "fio $name"
+  sleep 2 # bcache folds its counters into stats_total about once a second
+  after=$("${kind}_counters")
+  umount /mnt/bench
+  case "$kind" in
+    plain) ;;
+    *) "${kind}_teardown" ;;
+  esac
+  # terse v3: field 8 read IOPS; read clat percentiles follow as "P%=usec".
+  local row
+  row=$(awk -F';' -v name="$name" -v size="$size" -v before="$before" -v after="$after" '{
+      iops = $8; p50 = "-"; p99 = "-"
+      for (i = 18; i <= 37; i++) {
+        split($i, kv, "=")
+        if (kv[1] == "50.000000%" && p50 == "-") p50 = kv[2]
+        if (kv[1] == "99.000000%" && p99 == "-") p99 = kv[2]
+      }
+      split(before, b, " "); split(after, a, " ")
+      hits = a[1] - b[1]; misses = a[2] - b[2]
+      ratio = (hits + misses > 0) ? sprintf("%.1f%%", 100 * hits / (hits + misses)) : "-"
+      printf "| %s | %s | %d | %s | %s | %s |\n", name, size, iops, ms(p50), ms(p99), ratio
+    }
+    function ms(us) { return (us == "-") ? "-" : sprintf("%.2f ms", us / 1000) }' "$OUT/fio-$name-$size.terse")
+  echo "$row" >>"$OUT/rows.md"
+  echo "$row"
+}
+
+rm -f "$OUT/rows.md"
+step "anchors: cache $((CACHE_BYTES >> 20)) MiB, hdd $(($(blockdev --getsize64 "$HDD") >> 20)) MiB, runs of ${RUNTIME}s; configurations: $CONFIGS; sizes: $SIZES"
+for size in $SIZES; do
+  for config in $CONFIGS; do
+    run_config "$config" "$size"
+  done
+done
+{
+  echo "Anchors in the VM lab (qemu TCG; $(nproc) vCPUs; cache $((CACHE_BYTES >> 20)) MiB; data per job: fits $(job_size fits), nofit $(job_size nofit); ${RUNTIME}s per run; kernel $(uname -r))"
+  echo
+  echo "| configuration | data | IOPS | p50 | p99 | hit ratio |"
+  echo "|---|---|---:|---:|---:|---:|"
+  cat "$OUT/rows.md"
+} >"$VMLAB_RESULTS/anchors.md"
+cat "$VMLAB_RESULTS/anchors.md"
