@@ -180,13 +180,11 @@ fn tiny_bench_repeats_every_configuration_and_the_cache_beats_the_hdd() {
             "two rounds in {line}"
         );
     }
-    if with_nbdkit {
-        if capped {
-            assert!(
-                report.contains("tiercache vs nbdkit cache filter (memory-capped)"),
-                "{report}"
-            );
-        }
+    if with_nbdkit && capped {
+        assert!(
+            report.contains("tiercache vs nbdkit cache filter (memory-capped)"),
+            "{report}"
+        );
     }
 
     let runs = v["runs"].as_array().unwrap();
