@@ -10,6 +10,7 @@ mod ublk;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use serde::Deserialize;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 use tiercache_policy::PolicyConfig;
@@ -406,16 +407,27 @@ fn stats(a: &StatsArgs) -> Result<()> {
         let control::Reply::Stats(s) = reply else {
             bail!("unexpected reply {reply:?}");
         };
+        let mut text = String::new();
         if a.watch.is_some() && !a.json && !a.prometheus {
-            print!("\x1b[2J\x1b[H");
+            text.push_str("\x1b[2J\x1b[H");
         }
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&s)?);
+            text.push_str(&serde_json::to_string_pretty(&s)?);
+            text.push('\n');
         } else if a.prometheus {
-            print!("{}", s.to_prometheus());
+            text.push_str(&s.to_prometheus());
         } else {
-            println!("{s}");
+            text.push_str(&format!("{s}\n"));
         }
+        // A reader that went away (`stats --watch | head`) ends us quietly.
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
+        }
+        drop(out);
         match a.watch {
             Some(secs) => std::thread::sleep(Duration::from_secs_f64(secs.max(0.1))),
             None => return Ok(()),
