@@ -11,9 +11,9 @@
 #                   binary's other libraries in with it)
 #
 # The image is cached under $VMLAB_CACHE_DIR (default
-# /var/cache/tiercache-vmlab, or $XDG_CACHE_HOME/tiercache-vmlab when not
-# root), keyed by a hash of this script: editing the recipe rebuilds it,
-# anything else reuses it. Downloaded .debs are kept there too.
+# /var/cache/tiercache-vmlab), keyed by a hash of this script: editing it
+# rebuilds the image, anything else reuses it. Downloaded .debs are kept
+# there too. Building needs root; using a cached image does not.
 # The host's apt sources are not changed: the backports kernel is fetched
 # with a private sources list. The Debian mirror is the one the host's apt
 # uses for its own release (override with VMLAB_MIRROR=URL).
@@ -38,10 +38,6 @@ force=0
 log() { echo "vmlab-build: $*" >&2; }
 die() { echo "vmlab-build: error: $*" >&2; exit 1; }
 
-if [ "$(id -u)" -ne 0 ]; then
-  die "needs root (debootstrap, device nodes in the initramfs); run with sudo"
-fi
-
 if [ -n "${VMLAB_CACHE_DIR:-}" ]; then
   cache="$VMLAB_CACHE_DIR"
 else
@@ -49,18 +45,26 @@ else
 fi
 recipe_hash="$(sha256sum "$here/build-image.sh" | cut -c1-16)"
 image="$cache/image-$recipe_hash"
-mkdir -p "$cache"
-
-# One builder at a time; others wait, then find the image built.
-exec 9>"$cache/.lock"
-flock 9
-
 if [ "$force" -eq 0 ] && [ -f "$image/done" ]; then
   log "cached image $image"
+  touch "$image/last-used" 2>/dev/null || true
+  echo "$image"
+  exit 0
+fi
+[ "$(id -u)" -eq 0 ] && mkdir -p "$cache"
+
+# One builder at a time; others wait, then find the image built.
+exec 9>"$cache/.lock" || die "cannot lock $cache/.lock (building the image needs root: sudo $0)"
+flock 9
+if [ "$force" -eq 0 ] && [ -f "$image/done" ]; then
+  log "cached image $image (built while waiting)"
   echo "$image"
   exit 0
 fi
 
+if [ "$(id -u)" -ne 0 ]; then
+  die "building the image needs root (debootstrap, device nodes in the initramfs); run: sudo $0"
+fi
 for tool in debootstrap cpio apt-get dpkg-deb xz zstd; do
   command -v "$tool" >/dev/null || die "$tool missing: run scripts/install-vmlab-deps.sh"
 done
@@ -158,23 +162,29 @@ sed -i -e 's/^\([[:space:]]*\)# *obtain_device_list_from_udev = .*/\1obtain_devi
   -e 's/^\([[:space:]]*\)# *udev_rules = .*/\1udev_rules = 0/' "$root/etc/lvm/lvm.conf"
 mkdir -p "$root"/{proc,sys,dev,run,tmp,results,vmlab}
 cp "$work/kernel/boot/vmlinuz-$kver" "$work/vmlinuz"
-(cd "$root" && find usr/lib/x86_64-linux-gnu lib/x86_64-linux-gnu -maxdepth 1 -name '*.so*' 2>/dev/null |
-  xargs -n1 basename | sort -u) >"$work/libs.txt"
+(cd "$root" && find usr/lib/x86_64-linux-gnu -maxdepth 1 -name '*.so*' -printf '%f\n' | sort -u) >"$work/libs.txt"
 echo "$kver" >"$work/kernel-release"
 log "packing the initramfs"
 (cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc) >"$work/rootfs.cpio"
 cp "$work/debootstrap.log" "$work/build.log"
 cp "$here/build-image.sh" "$work/recipe.sh"
 
-# 5. Publish atomically and drop images of older recipes.
+# 5. Publish atomically; drop images of other recipes unused for two days
+# (another checkout may still be using its own recipe's image).
 rm -rf "$image.new"
 mkdir -p "$image.new"
 mv "$work"/{vmlinuz,rootfs.cpio,kernel-release,libs.txt,build.log,recipe.sh} "$image.new/"
 date -u +%FT%TZ >"$image.new/done"
+touch "$image.new/last-used"
 rm -rf "$image"
 mv "$image.new" "$image"
 for old in "$cache"/image-*; do
-  [ "$old" = "$image" ] || rm -rf "$old"
+  [ "$old" != "$image" ] || continue
+  used="$old/last-used"
+  [ -f "$used" ] || used="$old/done"
+  if [ -z "$(find "$used" -mmin -2880 2>/dev/null)" ]; then
+    rm -rf "$old"
+  fi
 done
 log "built $image ($(du -sh "$image/rootfs.cpio" | cut -f1) initramfs, kernel $kver) in $(($(date +%s) - started)) s"
 echo "$image"

@@ -117,7 +117,11 @@ done
   printf ')\n'
 } >"$payload/vmlab/env"
 (cd "$payload" && find . -mindepth 1 | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0) >"$out/payload.cpio"
+# Copies, so that every boot of this run uses the same image even if the
+# cache changes meanwhile.
 initrd="$out/initrd.cpio"
+kernel="$out/vmlinuz"
+cp "$image/vmlinuz" "$kernel"
 cat "$image/rootfs.cpio" "$out/payload.cpio" >"$initrd"
 rm -rf "$payload" "$out/payload.cpio"
 
@@ -127,7 +131,9 @@ index=0
 for spec in "${disks[@]}"; do
   name="${spec%%=*}"
   rest="${spec#*=}"
-  [ "$name" != "$spec" ] && [ -n "$name" ] || die "--disk wants NAME=SIZE|PATH[,OPT...], got $spec"
+  if [ "$name" = "$spec" ] || [ -z "$name" ]; then
+    die "--disk wants NAME=SIZE|PATH[,OPT...], got $spec"
+  fi
   source="${rest%%,*}"
   opts=""
   [ "$source" != "$rest" ] && opts="${rest#*,}"
@@ -177,7 +183,7 @@ while :; do
     -accel "tcg,thread=$tcg_thread" -cpu max -smp "$smp" -m "$mem" -nodefaults -no-reboot \
     -display none -monitor none -nic none \
     -chardev stdio,id=console,signal=on -serial chardev:console \
-    -kernel "$image/vmlinuz" -initrd "$initrd" \
+    -kernel "$kernel" -initrd "$initrd" \
     -append "console=ttyS0 rdinit=/vmlab/init panic=-1 quiet loglevel=4 mitigations=off cryptomgr.notests vmlab.boot=$boot" \
     -virtfs "local,path=$out/results,mount_tag=results,security_model=none,id=results" \
     "${drive_args[@]}" </dev/null 2>&1 | tee -a "$out/console.log"
@@ -209,7 +215,7 @@ while :; do
   break
 done
 
-rm -f "$initrd"
+rm -f "$initrd" "$kernel"
 [ "$keep_disks" -eq 1 ] || rm -f "${created[@]}"
 echo "vmlab-run: $(basename "$script") exit status $status after $(($(date +%s) - started))s; results in $out/results" >&2
 exit "$status"

@@ -11,7 +11,7 @@
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features ublk").
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 repo="$(pwd)"
 CARGO="${CARGO:-cargo}"
 
@@ -24,7 +24,9 @@ if ! ./scripts/install-vmlab-deps.sh; then
 fi
 
 t0=$(date +%s)
-if ! image="$(./vmlab/build-image.sh | tail -n 1)"; then
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if ! image="$($SUDO ./vmlab/build-image.sh | tail -n 1)"; then
   echo "vmlab: FAILED to build the guest image" >&2
   exit 1
 fi
@@ -57,6 +59,7 @@ run_guest_test() {
   esac
 }
 
+# shellcheck disable=SC2054 # (commas inside one --disk argument)
 disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 run_guest_test nbd --timeout 900 "${disks[@]}" vmlab/guest/nbd.sh
 run_guest_test ublk --timeout 900 "${disks[@]}" vmlab/guest/ublk.sh

@@ -75,7 +75,7 @@ bcache_setup() {
 }
 bcache_counters() { echo "$(cat /sys/block/bcache0/bcache/stats_total/cache_hits) $(cat /sys/block/bcache0/bcache/stats_total/cache_misses)"; }
 bcache_teardown() {
-  (cd /sys/block/bcache0/bcache/stats_total && grep -H . *) >"$OUT/bcache-stats-$RUN.txt"
+  (cd /sys/block/bcache0/bcache/stats_total && grep -H . ./*) >"$OUT/bcache-stats-$RUN.txt"
   local set
   set=$(readlink -f /sys/block/bcache0/bcache/cache)
   echo 1 >/sys/block/bcache0/bcache/stop

@@ -3,6 +3,7 @@
 # Run by vmlab/test.sh; by hand:
 #   vmlab/run.sh --disk hdd=1G,iops=300 --disk ssd=256M vmlab/guest/nbd.sh
 . /vmlab/lib.sh
+# shellcheck disable=SC2034 # (read by cache-tests.sh)
 FRONTEND=nbd
 SOCKET=/run/tiercache/tc.sock
 
