@@ -26,6 +26,11 @@ impl Export for EngineExport {
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.engine.read(offset, buf)?)
     }
+    fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
+        self.engine
+            .read_if_cached(offset, buf)
+            .map(|r| r.map_err(io::Error::from))
+    }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         Ok(self.engine.write(offset, data, fua)?)
     }

@@ -407,15 +407,59 @@ impl Engine {
         if len == 0 {
             return Ok(());
         }
-        IoCounters::add(&self.io.read_bytes, len);
         let blocks = self.blocks_of(offset, len);
-        let _locked = self.locks.shared(blocks.clone());
+        let locked = self.locks.shared(blocks.clone());
+        self.read_locked(offset, buf, locked, false)
+            .expect("a read that may wait always runs")
+    }
+
+    /// [`Engine::read`], but only if it can be served at once: every block
+    /// of the range is in the cache (a hit, not being filled) and no write
+    /// holds it. Then the read is done, counted and returned exactly as
+    /// `read` would; otherwise nothing happens (no counter, no policy
+    /// change) and the result is None: call `read` (on a thread that may
+    /// wait for the backing device). For front ends whose request thread
+    /// must not wait on a slow device (a ublk queue, an NBD connection):
+    /// a hit then costs no hand-off to a worker thread. It still reads the
+    /// cache device synchronously.
+    pub fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        let len = buf.len() as u64;
+        if len == 0 || self.check(offset, len).is_err() {
+            return None;
+        }
+        let blocks = self.blocks_of(offset, len);
+        let locked = self.locks.try_shared(blocks)?;
+        self.read_locked(offset, buf, locked, true)
+    }
+
+    /// The read with the range's stripes locked shared. With
+    /// `only_if_cached`, returns None, having changed nothing, unless every
+    /// block is a ready hit (checked under the director, in the same
+    /// critical section that plans the read, so the plan finds the same).
+    fn read_locked(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        _locked: locks::StripeGuard<'_>,
+        only_if_cached: bool,
+    ) -> Option<Result<()>> {
+        let len = buf.len() as u64;
+        let blocks = self.blocks_of(offset, len);
         let now = self.clock.now();
-        self.note_client_io(now);
         let first = blocks.start;
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
             let mut d = self.director.lock();
+            if only_if_cached
+                && !blocks.clone().all(|b| {
+                    d.read_hit_slot(OriginBlock(b))
+                        .is_some_and(|c| self.slots.is_ready(c))
+                })
+            {
+                return None;
+            }
+            IoCounters::add(&self.io.read_bytes, len);
+            self.note_client_io(now);
             let mut io = d.begin(offset, len, Access::Read, now);
             for b in blocks.clone() {
                 steps.push(match d.plan_read(&mut io, OriginBlock(b), now) {
@@ -481,10 +525,10 @@ impl Engine {
             }
             i = j;
         }
-        match first_error {
+        Some(match first_error {
             Some(e) => Err(e),
             None => Ok(()),
-        }
+        })
     }
 
     /// Reads blocks `b0..=b1` (none of them served from the cache) into the

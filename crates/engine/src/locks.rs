@@ -47,6 +47,16 @@ impl StripeLocks {
         )
     }
 
+    /// Locks the stripes of `blocks` for reading if none of them is locked
+    /// for writing (or waited for by a writer); None instead of waiting.
+    pub fn try_shared(&self, blocks: std::ops::Range<u64>) -> Option<StripeGuard<'_>> {
+        let mut guards = Vec::new();
+        for i in Self::indices(blocks) {
+            guards.push(self.stripes[i].try_read()?);
+        }
+        Some(StripeGuard::Shared(guards))
+    }
+
     /// Locks the stripes of `blocks` for writing.
     pub fn exclusive(&self, blocks: std::ops::Range<u64>) -> StripeGuard<'_> {
         StripeGuard::Exclusive(

@@ -49,6 +49,11 @@ impl SlotStates {
         }
     }
 
+    /// Whether `c` holds its block's data (not being filled).
+    pub fn is_ready(&self, c: CacheBlock) -> bool {
+        self.state[c.index()].load(Ordering::Acquire) & NOT_READY == 0
+    }
+
     /// Pins `c` if it is ready. Call under the director.
     pub fn try_pin(&self, c: CacheBlock) -> bool {
         let s = &self.state[c.index()];

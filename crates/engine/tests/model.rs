@@ -16,6 +16,8 @@ enum Op {
     Read {
         sector: u64,
         sectors: u64,
+        /// Through `read_if_cached` first (the front ends' hit path).
+        quick: bool,
     },
     Write {
         sector: u64,
@@ -41,7 +43,8 @@ fn op(total_sectors: u64) -> impl Strategy<Value = Op> {
     let range =
         (0..total_sectors).prop_flat_map(move |s| (Just(s), 1..=(total_sectors - s).min(300)));
     prop_oneof![
-        6 => range.clone().prop_map(|(sector, sectors)| Op::Read { sector, sectors }),
+        6 => (range.clone(), any::<bool>())
+            .prop_map(|((sector, sectors), quick)| Op::Read { sector, sectors, quick }),
         5 => (range.clone(), any::<u64>(), any::<bool>())
             .prop_map(|((sector, sectors), seed, fua)| Op::Write { sector, sectors, seed, fua }),
         1 => range.clone().prop_map(|(sector, sectors)| Op::WriteZeroes { sector, sectors }),
@@ -104,9 +107,43 @@ fn run(setup: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
     };
     for op in ops {
         match op {
-            Op::Read { sector, sectors } => {
+            Op::Read {
+                sector,
+                sectors,
+                quick,
+            } => {
                 let mut buf = vec![0u8; (sectors * SECTOR) as usize];
-                r.engine.read(sector * SECTOR, &mut buf).unwrap();
+                let before = r.engine.stats();
+                let answered = quick
+                    && match r.engine.read_if_cached(sector * SECTOR, &mut buf) {
+                        Some(res) => {
+                            res.unwrap();
+                            let after = r.engine.stats();
+                            prop_assert_eq!(
+                                after.read_bytes,
+                                before.read_bytes + sectors * SECTOR,
+                                "a quick read is counted"
+                            );
+                            prop_assert_eq!(
+                                after.decisions.read_misses,
+                                before.decisions.read_misses,
+                                "a quick read is all hits"
+                            );
+                            true
+                        }
+                        None => {
+                            let after = r.engine.stats();
+                            prop_assert_eq!(
+                                (after.read_bytes, after.decisions.read_hits),
+                                (before.read_bytes, before.decisions.read_hits),
+                                "a declined quick read changes nothing"
+                            );
+                            false
+                        }
+                    };
+                if !answered {
+                    r.engine.read(sector * SECTOR, &mut buf).unwrap();
+                }
                 model.check(sector * SECTOR, &buf, "read")?;
             }
             Op::Write {
@@ -185,9 +222,17 @@ fn clamp(op: Op, total: u64) -> Op {
         (sector, sectors.min(total - sector).max(1))
     };
     match op {
-        Op::Read { sector, sectors } => {
+        Op::Read {
+            sector,
+            sectors,
+            quick,
+        } => {
             let (sector, sectors) = fit(sector, sectors);
-            Op::Read { sector, sectors }
+            Op::Read {
+                sector,
+                sectors,
+                quick,
+            }
         }
         Op::Write {
             sector,
@@ -228,7 +273,11 @@ fn every_stack_survives_a_fixed_mixed_workload() {
             let sector = (x >> 33) % (total - 64);
             let sectors = 1 + (x >> 20) % 64;
             ops.push(match i % 5 {
-                0 | 1 => Op::Read { sector, sectors },
+                0 | 1 => Op::Read {
+                    sector,
+                    sectors,
+                    quick: i % 10 == 0,
+                },
                 2 | 3 => Op::Write {
                     sector,
                     sectors,

@@ -93,6 +93,17 @@ pub trait Export: Send + Sync {
     /// Fills `buf` with the bytes at `offset..offset + buf.len()`.
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 
+    /// [`Export::read`] if the export can answer at once, without waiting
+    /// for a slow device or for another request (a cache hit); None if it
+    /// cannot, having done nothing: then `read` follows on a thread that
+    /// may wait. Called on threads that serve many requests (an NBD
+    /// connection's reader, a ublk queue), so it must not block for long.
+    /// The default: None, every read goes the normal way.
+    fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
+        let _ = (offset, buf);
+        None
+    }
+
     /// Writes `data` at `offset`. With `fua`, the data must be persistent
     /// before returning.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()>;
@@ -339,6 +350,10 @@ impl Export for MemExport {
             }
             Ok(())
         })
+    }
+    fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
+        // Memory never makes anyone wait long.
+        Some(self.read(offset, buf))
     }
     fn write(&self, offset: u64, data: &[u8], _fua: bool) -> io::Result<()> {
         if self.read_only {

@@ -551,7 +551,9 @@ pub struct TransmissionContext {
     pub flags: u16,
     /// Advertised minimum block size (alignment of offset and length).
     pub min_block: u32,
-    /// Advertised maximum block size (cap on READ, WRITE, WRITE_ZEROES).
+    /// Advertised maximum block size: the cap on READ and WRITE, the
+    /// commands with a payload. TRIM and WRITE_ZEROES carry none and are
+    /// not capped (Linux's nbd client sends write-zeroes of up to 4 GiB).
     pub max_block: u32,
 }
 
@@ -610,7 +612,7 @@ pub enum Verdict {
 }
 
 /// Decides what to do with a request, following the spec's error rules:
-/// unknown command or flag, or over-maximum length -> `EINVAL`; write, trim
+/// unknown command or flag, or a read or write over the maximum length -> `EINVAL`; write, trim
 /// or write-zeroes on a read-only export -> `EPERM`; write or write-zeroes beyond the end ->
 /// `ENOSPC`; read or trim beyond the end -> `EINVAL`; unaligned -> `EINVAL`.
 /// A write payload larger than [`TransmissionContext::discard_limit`] leads
@@ -664,7 +666,7 @@ pub fn validate_request(h: &RequestHeader, ctx: &TransmissionContext) -> Verdict
     if h.kind == CMD_FLUSH {
         return Verdict::Execute(Command::Flush);
     }
-    if h.kind != CMD_TRIM && h.length > ctx.max_block {
+    if matches!(h.kind, CMD_READ | CMD_WRITE) && h.length > ctx.max_block {
         return reject(EINVAL, "length exceeds the maximum block size");
     }
     let min = u64::from(ctx.min_block.max(1));
@@ -877,7 +879,16 @@ mod tests {
             validate_request(&req(CMD_WRITE, 0, 0, (1 << 25) + 512), &c),
             Verdict::Disconnect(_)
         ));
-        // Trim has no maximum.
+        // Trim and write-zeroes (no payload) have no maximum.
+        assert_eq!(
+            validate_request(&req(CMD_WRITE_ZEROES, 0, 0, 1 << 19), &c),
+            Verdict::Execute(Command::WriteZeroes {
+                offset: 0,
+                len: 1 << 19,
+                fua: false,
+                may_trim: true
+            })
+        );
         assert_eq!(
             validate_request(&req(CMD_TRIM, CMD_FLAG_FUA, 0, 1 << 20), &c),
             Verdict::Execute(Command::Trim {

@@ -1169,6 +1169,23 @@ impl Conn<'_> {
                             return;
                         }
                         self.state.lock().jobs.push_back(Job { handle, cmd, buf });
+                    } else if let Command::Read { offset, len } = cmd {
+                        // A read the export can answer at once (a cache
+                        // hit) is answered here, saving the hand-off to a
+                        // worker and back; the rest go to the workers.
+                        let mut buf = self.acquire(bytes);
+                        buf.resize(len as usize, 0);
+                        let quick = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.export.read_if_quick(offset, &mut buf)
+                        }))
+                        .unwrap_or_else(|_| Some(Err(io::Error::other("export panicked"))));
+                        match quick {
+                            Some(res) => self.complete(handle, cmd, res, buf, bytes),
+                            None => {
+                                buf.clear();
+                                self.state.lock().jobs.push_back(Job { handle, cmd, buf });
+                            }
+                        }
                     } else {
                         // No payload: take the slot and queue in one go; the
                         // worker picks a buffer if it needs one.
@@ -1310,6 +1327,12 @@ impl Conn<'_> {
             log::error!("{}: export panicked while executing {cmd:?}", self.peer);
             Err(io::Error::other("export panicked"))
         });
+        self.complete(handle, cmd, res, buf, bytes);
+    }
+
+    /// Answers request `handle` with the export's result (`buf` holds the
+    /// data of a read) and releases its slot.
+    fn complete(&self, handle: u64, cmd: Command, res: io::Result<()>, buf: Vec<u8>, bytes: u64) {
         match res {
             Ok(()) => match cmd {
                 Command::Read { offset, .. } => self.send_read(handle, offset, &buf),

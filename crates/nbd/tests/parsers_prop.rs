@@ -105,7 +105,7 @@ proptest! {
                 let range = match cmd {
                     Command::Read { offset, len } => Some((offset, len, true)),
                     Command::Write { offset, len, .. } => Some((offset, len, true)),
-                    Command::WriteZeroes { offset, len, .. } => Some((offset, len, true)),
+                    Command::WriteZeroes { offset, len, .. } => Some((offset, len, false)),
                     Command::Trim { offset, len, .. } => Some((offset, len, false)),
                     Command::Flush => { prop_assert!(ctx.flags & FLAG_SEND_FLUSH != 0); None }
                     Command::Disconnect => { prop_assert_eq!(kind, CMD_DISC); None }

@@ -273,6 +273,16 @@ impl Director {
         }
     }
 
+    /// The slot [`Director::plan_read`] would serve `oblock` from (a hit),
+    /// or None (a miss). Changes nothing.
+    pub fn read_hit_slot(&self, oblock: OriginBlock) -> Option<CacheBlock> {
+        let c = self.replacement.lookup(oblock)?;
+        if self.mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
+            return None;
+        }
+        Some(c)
+    }
+
     /// Plans one block of a read IO.
     pub fn plan_read(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) -> ReadPlan {
         if let Some(c) = self.replacement.lookup(oblock) {

@@ -175,6 +175,31 @@ pub fn execute(export: &dyn Export, req: Request, buf: &mut [u8]) -> i32 {
     }
 }
 
+/// [`execute`] for a read the export can answer at once
+/// ([`Export::read_if_quick`], a cache hit): the same result `execute`
+/// would give. None for any other request, or a read that must wait: then
+/// `execute` it on a worker thread.
+pub fn execute_if_quick(export: &dyn Export, req: Request, buf: &mut [u8]) -> Option<i32> {
+    let Request::Read { offset, len } = req else {
+        return None;
+    };
+    let in_range = offset
+        .checked_add(len.into())
+        .is_some_and(|end| end <= export.size());
+    if !in_range || len as usize > buf.len() {
+        return None; // `execute` explains it
+    }
+    Some(
+        match export.read_if_quick(offset, &mut buf[..len as usize])? {
+            Ok(()) => len as i32,
+            Err(e) => {
+                log::debug!("ublk: {req:?} failed: {e}");
+                -libc::EIO
+            }
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
-use crate::request::{decode, execute};
+use crate::request::{decode, execute, execute_if_quick};
 use io_uring::{opcode, types};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
@@ -452,7 +452,24 @@ async fn serve_tag(
         let iod = q.get_iod(tag);
         let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
             Err(errno) => errno,
-            Ok(req) => {
+            Ok(req) => 'result: {
+                // A cache hit is answered on this thread: no hand-off to a
+                // worker and back (two thread switches per request).
+                // SAFETY: the tag's buffer is ours until the commit below
+                // (see the worker's comment); no job holds it now.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts_mut(slot.buf.as_mut_ptr(), slot.buf.len())
+                };
+                let quick = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    execute_if_quick(&*shared.export, req, bytes)
+                }))
+                .unwrap_or_else(|_| {
+                    log::error!("ublk: the export panicked on {req:?}");
+                    Some(-libc::EIO)
+                });
+                if let Some(result) = quick {
+                    break 'result result;
+                }
                 let (job_slot, export, notifier) =
                     (slot.clone(), shared.export.clone(), notifier.clone());
                 let buf = BufPtr(slot.buf.as_mut_ptr(), slot.buf.len());
