@@ -5,6 +5,7 @@
 # crates/<crate>/fuzz/artifacts/<target>/. Long runs by hand:
 #   FUZZ_SECONDS=3600 scripts/fuzz-smoke.sh
 #   FUZZ_TARGETS="blkparse msr" FUZZ_SECONDS=600 scripts/fuzz-smoke.sh
+#   FUZZ_SANITIZER=address FUZZ_SECONDS=3600 scripts/fuzz-smoke.sh
 #
 # Toolchain: nightly when rustup has it; else the default (stable) toolchain
 # with RUSTC_BOOTSTRAP=1, which lets a stable rustc accept the -Z flags
@@ -12,13 +13,20 @@
 # nightly|stable forces one. cargo-fuzz itself is installed from crates.io
 # when missing.
 #
-# Each fuzz crate is built once (`cargo fuzz build`), then its targets' binaries
-# run directly, so nothing is rebuilt per target. Sanitizer: address, unless
-# the fuzz crate's Cargo.toml says `sanitizer = "none"` in
-# [package.metadata.fuzz-smoke] (for crates without unsafe code, where ASan
-# finds nothing and costs most of the speed); if an address-sanitizer build
-# fails on this toolchain the crate is built with -s none instead. Builds go
-# to $FUZZ_TARGET_DIR (default <CARGO_TARGET_DIR or ./target>/fuzz-<sanitizer>).
+# Sanitizer: FUZZ_SANITIZER=address|none for every crate; unset, each fuzz
+# crate's Cargo.toml chooses with `sanitizer = "none"` or "address" in
+# [package.metadata.fuzz-smoke] (default address). The crates say "none"
+# when the code their targets reach has no unsafe code of the project's
+# own: AddressSanitizer would then only watch third-party code, and costs
+# most of the build time (every dependency is built a second time) and the
+# speed. If an address-sanitizer build fails on this toolchain the crate is
+# built with -s none instead.
+#
+# Every fuzz crate is built once (`cargo fuzz build`), all into one target
+# directory per sanitizer, so dependencies they share are built once:
+# $FUZZ_TARGET_DIR (default <CARGO_TARGET_DIR or ./target>/fuzz-<sanitizer>).
+# Then the targets' binaries run directly, FUZZ_JOBS at a time (default: the
+# number of CPUs; each target is single-threaded and still runs FUZZ_SECONDS).
 #
 # Inputs per target: corpus/<target>/ (generated, gitignored) plus the
 # checked-in seeds/<target>/ and dictionary dicts/<target>.dict when present.
@@ -50,20 +58,24 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz >/dev/null
 fi
 host="$(rustc -vV | sed -n 's/^host: //p')"
+case "${FUZZ_SANITIZER:-}" in
+  "" | address | none) ;;
+  *) echo "fuzz-smoke: FUZZ_SANITIZER must be address or none, not ${FUZZ_SANITIZER}" >&2; exit 2 ;;
+esac
+jobs="${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
 # Targets built without a sanitizer use glibc's malloc, which by default
 # returns each freed 256 KiB reader buffer to the kernel and page-faults it
 # back in on the next input: keeping freed memory makes them ~5x faster.
 # (ASan's allocator ignores this.) Set for the fuzz runs only.
 run_tunables="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.trim_threshold=1073741824:glibc.malloc.mmap_threshold=33554432"
-logs="${TMPDIR:-/tmp}/fuzz-smoke"
-mkdir -p "$logs"
+logs="$(mktemp -d "${TMPDIR:-/tmp}/fuzz-smoke.XXXXXX")"
 
-targets=0
-crashes=0
 build_failures=0
-total_execs=0
 build_secs=0
 failed=()
+# One entry per target to run: "<fuzz dir> <target> <binary>".
+runs=()
 for dir in crates/*/fuzz; do
   [ -f "$dir/Cargo.toml" ] && [ -d "$dir/fuzz_targets" ] || continue
   crate_dir="$(dirname "$dir")"
@@ -81,11 +93,13 @@ for dir in crates/*/fuzz; do
     grep -Eq '^sanitizer *= *"none"'; then
     sanitizer=none
   fi
+  sanitizer="${FUZZ_SANITIZER:-$sanitizer}"
   build_log="$logs/build-$(basename "$crate_dir").log"
   t0=$(date +%s)
   # Sets bin_dir; returns cargo-fuzz's status.
   build() {
     local tdir="${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-$root/target}/fuzz-$sanitizer}"
+    case "$tdir" in /*) ;; *) tdir="$root/$tdir" ;; esac
     bin_dir="$tdir/$host/release"
     (cd "$dir" && "${cargo_fuzz[@]}" build -s "$sanitizer" --target-dir "$tdir") >"$build_log" 2>&1
   }
@@ -110,42 +124,79 @@ for dir in crates/*/fuzz; do
   t1=$(date +%s)
   build_secs=$((build_secs + t1 - t0))
   echo "fuzz-smoke: $crate_dir: built (sanitizer $sanitizer) in $((t1 - t0)) s"
-
   for name in "${names[@]}"; do
-    targets=$((targets + 1))
-    mkdir -p "$dir/corpus/$name" "$dir/artifacts/$name"
-    args=(-max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1
-      -artifact_prefix="$dir/artifacts/$name/")
-    [ -f "$dir/dicts/$name.dict" ] && args+=(-dict="$dir/dicts/$name.dict")
-    inputs=("$dir/corpus/$name")
-    [ -d "$dir/seeds/$name" ] && inputs+=("$dir/seeds/$name")
-    log="$logs/$(basename "$crate_dir")-$name.log"
-    s0=$(date +%s)
-    if GLIBC_TUNABLES="$run_tunables" "$bin_dir/$name" "${args[@]}" "${inputs[@]}" >"$log" 2>&1; then
-      ok=1
-    else
-      ok=0
-    fi
-    s1=$(date +%s)
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-    total_execs=$((total_execs + ${execs:-0}))
-    if [ "$ok" = 1 ]; then
-      echo "fuzz-smoke: $crate_dir $name: ${execs:-?} executions, ${rate:-?} exec/s, $((s1 - s0)) s"
-    else
-      crashes=$((crashes + 1))
-      failed+=("$crate_dir:$name")
-      echo "fuzz-smoke: FAILED: $crate_dir $name after $((s1 - s0)) s (input in $dir/artifacts/$name/, log $log)"
-      grep -E "panicked|ERROR: libFuzzer|SUMMARY|out-of-memory|Test unit written" "$log" | head -10 || true
-      tail -30 "$log"
-    fi
+    runs+=("$dir $name $bin_dir/$name")
   done
+done
+
+# run_target DIR NAME BINARY: one libFuzzer run; its log is
+# $logs/<crate>-<target>.log, its status $logs/<crate>-<target>.status
+# ("<exit status> <seconds>").
+run_target() {
+  local dir=$1 name=$2 bin=$3
+  local base
+  base="$logs/$(basename "$(dirname "$dir")")-$name"
+  mkdir -p "$dir/corpus/$name" "$dir/artifacts/$name"
+  local args=(-max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1
+    -artifact_prefix="$dir/artifacts/$name/")
+  [ -f "$dir/dicts/$name.dict" ] && args+=(-dict="$dir/dicts/$name.dict")
+  local inputs=("$dir/corpus/$name")
+  [ -d "$dir/seeds/$name" ] && inputs+=("$dir/seeds/$name")
+  local s0 status=0
+  s0=$(date +%s)
+  GLIBC_TUNABLES="$run_tunables" "$bin" "${args[@]}" "${inputs[@]}" >"$base.log" 2>&1 || status=$?
+  echo "$status $(($(date +%s) - s0))" >"$base.status"
+}
+
+# report DIR NAME: prints one target's result; returns 1 if it failed.
+report() {
+  local dir=$1 name=$2
+  local crate_dir base status secs_taken execs rate
+  crate_dir="$(dirname "$dir")"
+  base="$logs/$(basename "$crate_dir")-$name"
+  read -r status secs_taken <"$base.status"
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$base.log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$base.log" | tail -1)
+  total_execs=$((total_execs + ${execs:-0}))
+  if [ "$status" = 0 ]; then
+    echo "fuzz-smoke: $crate_dir $name: ${execs:-?} executions, ${rate:-?} exec/s, ${secs_taken} s"
+    return 0
+  fi
+  echo "fuzz-smoke: FAILED: $crate_dir $name after ${secs_taken} s (input in $dir/artifacts/$name/, log $base.log)"
+  grep -E "panicked|ERROR: libFuzzer|SUMMARY|out-of-memory|Test unit written" "$base.log" | head -10 || true
+  tail -30 "$base.log"
+  return 1
+}
+
+targets=${#runs[@]}
+crashes=0
+total_execs=0
+t0=$(date +%s)
+running=0
+for run in "${runs[@]}"; do
+  read -r dir name bin <<<"$run"
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_target "$dir" "$name" "$bin" &
+  running=$((running + 1))
+done
+wait
+run_secs=$(($(date +%s) - t0))
+for run in "${runs[@]}"; do
+  read -r dir name _ <<<"$run"
+  if ! report "$dir" "$name"; then
+    crashes=$((crashes + 1))
+    failed+=("$(dirname "$dir"):$name")
+  fi
 done
 
 elapsed=$(($(date +%s) - started))
 echo "fuzz-smoke: $targets targets, $total_execs executions, $crashes crashes" \
-  "(${secs} s each; builds ${build_secs} s, total ${elapsed} s)"
+  "(${secs} s each, ${jobs} at a time; builds ${build_secs} s, runs ${run_secs} s, total ${elapsed} s)"
 if [ "$crashes" -gt 0 ] || [ "$build_failures" -gt 0 ]; then
   echo "fuzz-smoke: failed: ${failed[*]}"
   exit 1
 fi
+rm -rf "$logs"
