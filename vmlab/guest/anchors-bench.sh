@@ -9,17 +9,22 @@
 #   lvmcache-junk      the same, its cache first filled with other data
 #   tiercache-empty    tiercache writeback over the kernel NBD client
 #   tiercache-junk     the same, its cache first filled with other data
+#   tiercache-ublk-empty  tiercache writeback as /dev/ublkb0 (ublk_drv)
+#   tiercache-ublk-junk   the same, its cache first filled with other data
 # each with a hot set that fits the cache and one that does not (data 4x the
 # cache). Prints and writes $VMLAB_RESULTS/anchors.md: IOPS, p50/p99
 # completion latency, hit ratio (the cache's own counters, over the
-# measured run only).
+# measured run only). Each run's fio JSON (json+, with the latency
+# histogram) and per-job IOPS logs stay in $VMLAB_RESULTS/anchors/ for the
+# plots (`tiercache plot-fio`, see vmlab/anchors.sh).
 #
 #   vmlab/run.sh --timeout 1800 --disk hdd=3G,iops=300 --disk ssd=256M \
 #       --disk fast=3G vmlab/guest/anchors-bench.sh
 #
 # Environment (--env K=V): BENCH_RUNTIME (s per run, default 15),
 # BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
-# space-separated subset of the names above), BENCH_SIZES ("fits nofit").
+# space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
+# BENCH_NBD_CONNECTIONS (nbd-client -C, default 1).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
 # numbers rank the set-ups (hits against misses, warm-up, bypass) but their
 # absolute values say nothing about real hardware; a userspace cache pays
@@ -28,8 +33,9 @@
 
 RUNTIME=${BENCH_RUNTIME:-15}
 JUNK_RUNTIME=${BENCH_JUNK_RUNTIME:-20}
-CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmcache-empty lvmcache-junk tiercache-empty tiercache-junk}
+CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmcache-empty lvmcache-junk tiercache-empty tiercache-junk tiercache-ublk-empty tiercache-ublk-junk}
 SIZES=${BENCH_SIZES:-fits nofit}
+NBD_CONNECTIONS=${BENCH_NBD_CONNECTIONS:-1}
 HDD=$(disk hdd)
 SSD=$(disk ssd)
 FAST=$(disk fast)
@@ -37,6 +43,8 @@ CACHE_BYTES=$(blockdev --getsize64 "$SSD")
 OUT="$VMLAB_RESULTS/anchors"
 mkdir -p "$OUT" /mnt/bench
 modprobe -a nbd bcache dm-cache dm-cache-smq
+HAVE_UBLK=0
+tiercache serve --help | grep -q -- '--ublk' && modprobe ublk_drv && HAVE_UBLK=1
 
 # Per job: half the cache (both jobs' data fit) or twice the cache (4x).
 job_size() {
@@ -113,18 +121,28 @@ lvmcache_teardown() {
   wipe "$HDD" "$SSD"
 }
 
-# --- tiercache over the kernel NBD client -----------------------------------
+# --- tiercache (over the kernel NBD client or as a ublk device) -------------
 TC_SOCKET=/run/tiercache/bench.sock
 TC_CONTROL=/run/tiercache/bench.ctl
+# tiercache_setup nbd|ublk
 tiercache_setup() {
+  local frontend=$1
   wipe "$HDD" "$SSD"
   mkdir -p /run/tiercache
   tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback >"$OUT/tiercache-create.txt"
-  tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --socket "$TC_SOCKET" \
-    --control "$TC_CONTROL" >>"$OUT/tiercache.log" 2>&1 &
+  local serve=(tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL")
+  if [ "$frontend" = ublk ]; then
+    while [ -e /dev/ublkc0 ]; do sleep 0.1; done
+    "${serve[@]}" --ublk --ublk-id 0 >>"$OUT/tiercache.log" 2>&1 &
+    TC_PID=$!
+    DEV=/dev/ublkb0
+    wait_for_path "$DEV" 60
+    return
+  fi
+  "${serve[@]}" --socket "$TC_SOCKET" >>"$OUT/tiercache.log" 2>&1 &
   TC_PID=$!
   wait_for_path "$TC_SOCKET" 60
-  nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 >/dev/null
+  nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 -C "$NBD_CONNECTIONS" >/dev/null
   DEV=/dev/nbd0
   local i=0
   while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
@@ -135,9 +153,11 @@ tiercache_setup() {
 }
 tiercache_counters() { tiercache stats --control "$TC_CONTROL" | awk '$1 == "reads" {print $4, $7}'; }
 tiercache_teardown() {
-  nbd-client -d /dev/nbd0 >/dev/null
+  tiercache stats --control "$TC_CONTROL" >"$OUT/tiercache-stats-$RUN.txt" || true
+  [ "$DEV" = /dev/nbd0 ] && nbd-client -d /dev/nbd0 >/dev/null
   kill -TERM "$TC_PID"
   wait "$TC_PID" || true
+  rm -f "$TC_CONTROL"
   wipe "$HDD" "$SSD"
 }
 
@@ -146,7 +166,11 @@ plain_counters() { echo "0 0"; }
 
 # run_config NAME SIZE: one row of the table.
 run_config() {
-  local name=$1 size=$2 kind junk=0 cutoff=""
+  local name=$1 size=$2 kind junk=0 cutoff="" frontend=""
+  if [ "$HAVE_UBLK" = 0 ] && [[ $name == tiercache-ublk-* ]]; then
+    step "$name: skipped (no ublk front end in this tiercache binary or kernel)"
+    return
+  fi
   case "$name" in
     ssd-alone) kind=plain DEV=$FAST ;;
     hdd-alone) kind=plain DEV=$HDD ;;
@@ -154,8 +178,10 @@ run_config() {
     bcache-cutoff0) kind=bcache cutoff=0 ;;
     lvmcache-empty) kind=lvmcache ;;
     lvmcache-junk) kind=lvmcache junk=1 ;;
-    tiercache-empty) kind=tiercache ;;
-    tiercache-junk) kind=tiercache junk=1 ;;
+    tiercache-empty) kind=tiercache frontend=nbd ;;
+    tiercache-junk) kind=tiercache frontend=nbd junk=1 ;;
+    tiercache-ublk-empty) kind=tiercache frontend=ublk ;;
+    tiercache-ublk-junk) kind=tiercache frontend=ublk junk=1 ;;
     *) fail "unknown configuration $name" ;;
   esac
   RUN=$name-$size
@@ -163,6 +189,7 @@ run_config() {
   case "$kind" in
     plain) wipe "$DEV" ;;
     bcache) bcache_setup "$cutoff" ;;
+    tiercache) tiercache_setup "$frontend" ;;
     *) "${kind}_setup" ;;
   esac
   make_fs "$DEV"
@@ -183,8 +210,10 @@ run_config() {
   before=$("${kind}_counters")
   step "$name, data $size: fio ${RUNTIME}s"
   fio "${common[@]}" --time_based --runtime="$RUNTIME" --unlink=1 --eta=never \
-    --percentile_list=50:99 --output-format=terse --terse-version=3 \
-    --output="$OUT/fio-$name-$size.terse" || fail "fio $name"
+    --percentile_list=1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99 \
+    --output-format=terse,json+ --terse-version=3 \
+    --write_iops_log="$OUT/iops-$name-$size" --log_avg_msec=1000 \
+    --output="$OUT/fio-$name-$size.out" || fail "fio $name"
   sleep 2 # bcache folds its counters into stats_total about once a second
   after=$("${kind}_counters")
   umount /mnt/bench
@@ -206,7 +235,8 @@ run_config() {
       ratio = (hits + misses > 0) ? sprintf("%.1f%%", 100 * hits / (hits + misses)) : "-"
       printf "| %s | %s | %d | %s | %s | %s |\n", name, size, iops, ms(p50), ms(p99), ratio
     }
-    function ms(us) { return (us == "-") ? "-" : sprintf("%.2f ms", us / 1000) }' "$OUT/fio-$name-$size.terse")
+    function ms(us) { return (us == "-") ? "-" : sprintf("%.2f ms", us / 1000) }' \
+    <(grep '^3;' "$OUT/fio-$name-$size.out"))
   echo "$row" >>"$OUT/rows.md"
   echo "$row"
 }

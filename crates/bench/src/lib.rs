@@ -39,6 +39,7 @@
 //! and fio outputs live in `work_dir`.
 
 mod fio;
+pub mod fio_dir;
 mod git;
 mod plot;
 mod procs;

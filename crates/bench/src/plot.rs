@@ -112,6 +112,40 @@ pub fn write_all(r: &Results, out: &Path) -> Result<Vec<(String, String)>> {
     Ok(files)
 }
 
+/// Draws the IOPS-over-time plot (log scale) and the latency-percentile
+/// plot of `runs` as `<prefix>-iops.png` and `<prefix>-latency.png` in
+/// `out`, titles ending in `what`; returns the file names written. For
+/// runs measured elsewhere (see [`crate::fio_dir`]). The fast device's
+/// p99 (a run of kind Fast, if any) is drawn as the latency threshold.
+pub fn write_runs(runs: &[RunResult], prefix: &str, what: &str, out: &Path) -> Result<Vec<String>> {
+    let colored: Vec<(&RunResult, RGBColor)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x, COLORS[i % COLORS.len()]))
+        .collect();
+    let mut files = Vec::new();
+    if colored.iter().any(|(x, _)| !x.measured.series.is_empty()) {
+        let file = format!("{prefix}-iops.png");
+        let title = format!("IOPS over time, both jobs summed (log scale), {what}");
+        iops_plot(&out.join(&file), &title, &colored, true)?;
+        files.push(file);
+    }
+    let threshold = runs
+        .iter()
+        .find(|r| r.kind == Kind::Fast)
+        .and_then(|r| r.measured.pct(99.0))
+        .unwrap_or(0);
+    let series: Vec<(String, RGBColor, &crate::Measured)> = colored
+        .iter()
+        .map(|(x, c)| (x.label.clone(), *c, &x.measured))
+        .collect();
+    let file = format!("{prefix}-latency.png");
+    let title = format!("Completion latency percentiles (log scale), {what}");
+    latency_plot(&out.join(&file), &title, &series, threshold)?;
+    files.push(file);
+    Ok(files)
+}
+
 fn legend_line(c: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
     move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], c.stroke_width(4))
 }

@@ -54,6 +54,20 @@ enum Command {
     },
     /// Reproduce the field study side by side (fio over NBD): report, plots.
     Bench(tiercache_bench::BenchArgs),
+    /// Draw the bench plots of fio runs made elsewhere (e.g. the VM lab's
+    /// anchors bench): every fio-<run>.out (fio's json+ report) in DIR with
+    /// its iops-<run>_iops.N.log files; one IOPS and one latency plot per
+    /// group (the part of <run> after its last '-').
+    PlotFio {
+        /// Directory holding the fio reports and IOPS logs.
+        dir: std::path::PathBuf,
+        /// Where the PNG files go (default: DIR/plots).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The runs' IOPS log window in milliseconds (fio's log_avg_msec).
+        #[arg(long, default_value_t = 1000)]
+        log_msec: u64,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -555,6 +569,14 @@ fn main() {
         Command::Detach(c) => control_call(&c, control::Request::Detach, "detaching"),
         Command::SetMode { mode, control } => {
             control_call(&control, control::Request::SetMode { mode }, "set-mode")
+        }
+        Command::PlotFio { dir, out, log_msec } => {
+            let out = out.unwrap_or_else(|| dir.join("plots"));
+            tiercache_bench::fio_dir::plot_dir(&dir, &out, log_msec.max(1)).map(|files| {
+                for f in files {
+                    println!("{}", f.display());
+                }
+            })
         }
         Command::Bench(a) => std::env::current_exe()
             .map_err(Into::into)
