@@ -1179,13 +1179,13 @@ impl Conn<'_> {
                             self.export.read_if_quick(offset, &mut buf)
                         }))
                         .unwrap_or_else(|_| Some(Err(io::Error::other("export panicked"))));
-                        match quick {
-                            Some(res) => self.complete(handle, cmd, res, buf, bytes),
-                            None => {
-                                buf.clear();
-                                self.state.lock().jobs.push_back(Job { handle, cmd, buf });
-                            }
+                        if let Some(res) = quick {
+                            // Answered: no worker to wake.
+                            self.complete(handle, cmd, res, buf, bytes);
+                            continue;
                         }
+                        buf.clear();
+                        self.state.lock().jobs.push_back(Job { handle, cmd, buf });
                     } else {
                         // No payload: take the slot and queue in one go; the
                         // worker picks a buffer if it needs one.
