@@ -3,7 +3,7 @@
 use std::io;
 use std::sync::Arc;
 use tiercache_engine::Engine;
-use tiercache_nbd::{BlockSizes, Export};
+use tiercache_nbd::{BlockSizes, DirectRead, Export};
 
 /// Serves an [`Engine`] over NBD. Flush and FUA are global to the engine,
 /// so every connection sees them (multi-conn is safe).
@@ -25,6 +25,11 @@ impl Export for EngineExport {
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         Ok(self.engine.read(offset, buf)?)
+    }
+    fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {
+        let range = self.engine.begin_cached_read(offset, u64::from(len))?;
+        let (fd, pieces) = (range.fd, range.pieces.clone());
+        Some(DirectRead::new(fd, pieces, move |r| range.finish(r)))
     }
     fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
         self.engine

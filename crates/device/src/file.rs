@@ -373,6 +373,11 @@ impl BlockDevice for FileDevice {
         self.size
     }
 
+    fn raw_read_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.file.as_raw_fd())
+    }
+
     fn alignment(&self) -> u64 {
         self.alignment
     }

@@ -76,6 +76,16 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description for logs and errors, e.g. `file:/dev/sdb`.
     fn describe(&self) -> String;
+
+    /// The open file behind the device, for callers that submit reads of
+    /// it themselves (io_uring): a read of `len` bytes at `offset` of this
+    /// fd must return what `read_at(offset)` would, given a buffer aligned
+    /// to `alignment()`. None (the default) for anything else: memory,
+    /// and wrappers that change behaviour (fault injection, latency
+    /// models) must not pass their inner device's fd on.
+    fn raw_read_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// Checks a request against a device's size and alignment, as every
@@ -125,5 +135,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn raw_read_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).raw_read_fd()
     }
 }

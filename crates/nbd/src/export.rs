@@ -81,6 +81,39 @@ impl BlockSizes {
 /// Errors are `io::Error`s; the server maps them to NBD errnos with
 /// [`nbd_errno`] (`ENOSPC`/`EDQUOT`/`EFBIG` -> `ENOSPC`, `EPERM`/`EACCES`/
 /// `EROFS` -> `EPERM`, `EINVAL` -> `EINVAL`, anything unknown -> `EIO`).
+/// A read the caller performs itself, from a file, instead of calling
+/// [`Export::read`] (see [`Export::begin_direct_read`]).
+pub struct DirectRead<'a> {
+    /// The file to read.
+    pub fd: std::os::fd::RawFd,
+    /// (offset in the file, offset in the caller's buffer, bytes): reading
+    /// every piece fills the caller's buffer with the requested range.
+    pub pieces: Vec<(u64, usize, usize)>,
+    finish: Box<dyn FnOnce(io::Result<()>) -> io::Result<()> + 'a>,
+}
+
+impl<'a> DirectRead<'a> {
+    /// `finish` is called once, with the outcome of reading the pieces.
+    pub fn new(
+        fd: std::os::fd::RawFd,
+        pieces: Vec<(u64, usize, usize)>,
+        finish: impl FnOnce(io::Result<()>) -> io::Result<()> + 'a,
+    ) -> DirectRead<'a> {
+        DirectRead {
+            fd,
+            pieces,
+            finish: Box::new(finish),
+        }
+    }
+
+    /// Ends the read with the outcome of reading every piece (a short read
+    /// is an error). Ok: the buffer holds the data. Err: it does not; read
+    /// the range with [`Export::read`] instead.
+    pub fn finish(self, result: io::Result<()>) -> io::Result<()> {
+        (self.finish)(result)
+    }
+}
+
 pub trait Export: Send + Sync {
     /// Size in bytes. Must not change while the server runs.
     fn size(&self) -> u64;
@@ -101,6 +134,17 @@ pub trait Export: Send + Sync {
     /// The default: None, every read goes the normal way.
     fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
         let _ = (offset, buf);
+        None
+    }
+
+    /// For a caller that can read files asynchronously (ublk's io_uring):
+    /// if the range can be read straight from a file (a cache hit), the
+    /// file and the pieces to read, the range held stable until the
+    /// returned read is finished or dropped. None (the default): use
+    /// `read_if_quick` or `read`. The buffer the pieces are read into must
+    /// be aligned to 4096 bytes (the file may be open with O_DIRECT).
+    fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {
+        let _ = (offset, len);
         None
     }
 

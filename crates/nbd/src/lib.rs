@@ -35,7 +35,9 @@ pub mod proto;
 mod server;
 pub mod tls;
 
-pub use export::{nbd_errno, transmission_flags, BlockSizes, Export, MemExport, DEFAULT_MAX_BLOCK};
+pub use export::{
+    nbd_errno, transmission_flags, BlockSizes, DirectRead, Export, MemExport, DEFAULT_MAX_BLOCK,
+};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
 pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle, TlsMode};
 pub use tls::TlsConfig;

@@ -2,7 +2,7 @@
 
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
-use crate::request::{decode, execute, execute_if_quick};
+use crate::request::{decode, execute, execute_if_quick, Request};
 use io_uring::{opcode, types};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
@@ -453,6 +453,14 @@ async fn serve_tag(
         let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
             Err(errno) => errno,
             Ok(req) => 'result: {
+                // A cache hit on a cache file: read through this queue's
+                // io_uring, no thread hand-off and no blocking.
+                if let Request::Read { offset, len } = req {
+                    if let Some(result) = direct_read(&*shared.export, offset, len, &slot.buf).await
+                    {
+                        break 'result result;
+                    }
+                }
                 // A cache hit is answered on this thread: no hand-off to a
                 // worker and back (two thread switches per request).
                 // SAFETY: the tag's buffer is ours until the commit below
@@ -519,6 +527,67 @@ async fn serve_tag(
         }
         q.submit_io_commit_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), result)
             .await?;
+    }
+}
+
+/// Serves a read straight from the export's file through the queue's
+/// io_uring ([`Export::begin_direct_read`]). Some(result to commit) if it
+/// did; None if the read must go another way (not a hit on a file, or the
+/// file read failed: the export then reads it again itself).
+async fn direct_read(export: &dyn Export, offset: u64, len: u32, buf: &IoBuf<u8>) -> Option<i32> {
+    let in_range = offset
+        .checked_add(len.into())
+        .is_some_and(|end| end <= export.size());
+    if !in_range || len as usize > buf.len() {
+        return None; // `execute` explains it
+    }
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        export.begin_direct_read(offset, len)
+    }))
+    .unwrap_or_else(|_| {
+        log::error!("ublk: the export panicked planning a read at {offset}");
+        None
+    })?;
+    let mut outcome = Ok(());
+    for &(file_offset, buf_offset, n) in &read.pieces {
+        if buf_offset + n > len as usize {
+            outcome = Err(std::io::Error::other("a piece beyond the request"));
+            break;
+        }
+        // SAFETY: `buf_offset + n <= len <= buf.len()` (checked above), so
+        // the kernel writes inside the tag's buffer. Nothing else touches
+        // that buffer until this request is committed (see the worker's
+        // comment in `serve_tag`), and this task waits for the read's
+        // completion before going on; the buffer lives in the tag's slot,
+        // which outlives the task.
+        let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
+        let sqe = opcode::Read::new(types::Fd(read.fd), ptr, n as u32)
+            .offset(file_offset)
+            .build();
+        match ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await {
+            Ok(r) if r >= 0 && r as usize == n => {}
+            Ok(r) if r < 0 => {
+                outcome = Err(std::io::Error::from_raw_os_error(-r));
+                break;
+            }
+            Ok(r) => {
+                outcome = Err(std::io::Error::other(format!(
+                    "short read: {r} of {n} bytes"
+                )));
+                break;
+            }
+            Err(e) => {
+                outcome = Err(std::io::Error::other(describe(&e)));
+                break;
+            }
+        }
+    }
+    match read.finish(outcome) {
+        Ok(()) => Some(len as i32),
+        Err(e) => {
+            log::debug!("ublk: direct read at {offset} failed ({e}); reading it again");
+            None
+        }
     }
 }
 
