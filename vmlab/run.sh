@@ -31,6 +31,7 @@
 #                kernel patching its own code can oops now and then: an int3
 #                left behind by text_poke_bp); default: all vCPUs on one host
 #                thread (VMLAB_TCG_THREAD=multi|single also chooses)
+#   VMLAB_CPU=MODEL  qemu's -cpu (default max; e.g. max,-sse4.2)
 #
 # Exit status: the script's, 77 when it skipped, 124 when the run timed out,
 # 125 when the lab itself failed (no image, guest died without an exit marker).
@@ -180,7 +181,7 @@ while :; do
   boot_start=$(date +%s)
   set +e
   timeout -k 10 "$remaining" qemu-system-x86_64 \
-    -accel "tcg,thread=$tcg_thread" -cpu max -smp "$smp" -m "$mem" -nodefaults -no-reboot \
+    -accel "tcg,thread=$tcg_thread" -cpu "${VMLAB_CPU:-max}" -smp "$smp" -m "$mem" -nodefaults -no-reboot \
     -display none -monitor none -nic none \
     -chardev stdio,id=console,signal=on -serial chardev:console \
     -kernel "$kernel" -initrd "$initrd" \

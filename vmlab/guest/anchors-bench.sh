@@ -24,7 +24,7 @@
 # Environment (--env K=V): BENCH_RUNTIME (s per run, default 15),
 # BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
-# BENCH_NBD_CONNECTIONS (nbd-client -C, default 1).
+# BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
 # numbers rank the set-ups (hits against misses, warm-up, bypass) but their
 # absolute values say nothing about real hardware; a userspace cache pays
@@ -35,7 +35,7 @@ RUNTIME=${BENCH_RUNTIME:-15}
 JUNK_RUNTIME=${BENCH_JUNK_RUNTIME:-20}
 CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmcache-empty lvmcache-junk tiercache-empty tiercache-junk tiercache-ublk-empty tiercache-ublk-junk}
 SIZES=${BENCH_SIZES:-fits nofit}
-NBD_CONNECTIONS=${BENCH_NBD_CONNECTIONS:-1}
+NBD_CONNECTIONS=${BENCH_NBD_CONNECTIONS:-2}
 HDD=$(disk hdd)
 SSD=$(disk ssd)
 FAST=$(disk fast)
@@ -154,12 +154,23 @@ tiercache_setup() {
 tiercache_counters() { tiercache stats --control "$TC_CONTROL" | awk '$1 == "reads" {print $4, $7}'; }
 tiercache_teardown() {
   tiercache stats --control "$TC_CONTROL" >"$OUT/tiercache-stats-$RUN.txt" || true
+  # CPU clock ticks per thread since tiercache started (where its CPU goes).
+  local t
+  for t in /proc/"$TC_PID"/task/*; do
+    echo "$(cat "$t/comm") $(proc_ticks "${t#/proc/}")"
+  done | sort -k2 -n -r >"$OUT/tiercache-threads-$RUN.txt" || true
   [ "$DEV" = /dev/nbd0 ] && nbd-client -d /dev/nbd0 >/dev/null
   kill -TERM "$TC_PID"
   wait "$TC_PID" || true
   rm -f "$TC_CONTROL"
   wipe "$HDD" "$SSD"
 }
+
+# cpu_ticks: "busy idle" clock ticks of all CPUs so far (/proc/stat;
+# iowait counts as idle).
+cpu_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
+# proc_ticks PID: user + system clock ticks of a process, all its threads.
+proc_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
 # --- plain devices ----------------------------------------------------------
 plain_counters() { echo "0 0"; }
@@ -208,6 +219,9 @@ run_config() {
   sync
   local before after
   before=$("${kind}_counters")
+  local cpu_before tc_before=0
+  cpu_before=$(cpu_ticks)
+  [ "$kind" = tiercache ] && tc_before=$(proc_ticks "$TC_PID")
   step "$name, data $size: fio ${RUNTIME}s"
   fio "${common[@]}" --time_based --runtime="$RUNTIME" --unlink=1 --eta=never \
     --percentile_list=1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99 \
@@ -216,6 +230,9 @@ run_config() {
     --output="$OUT/fio-$name-$size.out" || fail "fio $name"
   sleep 2 # bcache folds its counters into stats_total about once a second
   after=$("${kind}_counters")
+  local cpu_after tc_after=0
+  cpu_after=$(cpu_ticks)
+  [ "$kind" = tiercache ] && tc_after=$(proc_ticks "$TC_PID")
   umount /mnt/bench
   case "$kind" in
     plain) ;;
@@ -223,7 +240,9 @@ run_config() {
   esac
   # terse v3: field 8 read IOPS; read clat percentiles follow as "P%=usec".
   local row
-  row=$(awk -F';' -v name="$name" -v size="$size" -v before="$before" -v after="$after" '{
+  row=$(awk -F';' -v name="$name" -v size="$size" -v before="$before" -v after="$after" \
+    -v cpu_before="$cpu_before" -v cpu_after="$cpu_after" -v tc_ticks=$((tc_after - tc_before)) \
+    -v hz="$(getconf CLK_TCK)" -v runtime="$RUNTIME" '{
       iops = $8; p50 = "-"; p99 = "-"
       for (i = 18; i <= 37; i++) {
         split($i, kv, "=")
@@ -233,7 +252,14 @@ run_config() {
       split(before, b, " "); split(after, a, " ")
       hits = a[1] - b[1]; misses = a[2] - b[2]
       ratio = (hits + misses > 0) ? sprintf("%.1f%%", 100 * hits / (hits + misses)) : "-"
-      printf "| %s | %s | %d | %s | %s | %s |\n", name, size, iops, ms(p50), ms(p99), ratio
+      # Guest CPU over the measured run plus the 2 s after it: busy share,
+      # and the cache server'"'"'s own CPU time per IO (tiercache only).
+      split(cpu_before, c0, " "); split(cpu_after, c1, " ")
+      busy = (c1[1] - c0[1]); total = busy + (c1[2] - c0[2])
+      cpu = (total > 0) ? sprintf("%.0f%%", 100 * busy / total) : "-"
+      ios = iops * runtime
+      server = (tc_ticks > 0 && ios > 0) ? sprintf("%.0f us", 1e6 * tc_ticks / hz / ios) : "-"
+      printf "| %s | %s | %d | %s | %s | %s | %s | %s |\n", name, size, iops, ms(p50), ms(p99), ratio, cpu, server
     }
     function ms(us) { return (us == "-") ? "-" : sprintf("%.2f ms", us / 1000) }' \
     <(grep '^3;' "$OUT/fio-$name-$size.out"))
@@ -251,8 +277,8 @@ done
 {
   echo "Anchors in the VM lab (qemu TCG; $(nproc) vCPUs; cache $((CACHE_BYTES >> 20)) MiB; data per job: fits $(job_size fits), nofit $(job_size nofit); ${RUNTIME}s per run; kernel $(uname -r))"
   echo
-  echo "| configuration | data | IOPS | p50 | p99 | hit ratio |"
-  echo "|---|---|---:|---:|---:|---:|"
+  echo "| configuration | data | IOPS | p50 | p99 | hit ratio | guest CPU busy | server CPU per IO |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|"
   cat "$OUT/rows.md"
 } >"$VMLAB_RESULTS/anchors.md"
 cat "$VMLAB_RESULTS/anchors.md"

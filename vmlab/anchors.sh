@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The anchors side by side (`make anchors`; a benchmark, not a test): the
+# field study's fio job in one qemu guest on the same emulated SSD and HDD
+# for the SSD alone, the HDD alone, bcache, lvmcache and tiercache (over the
+# kernel NBD client and over ublk), hot set fitting the cache and not
+# (vmlab/guest/anchors-bench.sh), then the bench plots of every run
+# (`tiercache plot-fio`). About 25 minutes on 2 cores.
+#
+# Output: $ANCHORS_OUT (default ${CARGO_TARGET_DIR:-target}/vmlab/anchors):
+#   results/anchors.md       the table
+#   results/anchors/         fio reports, IOPS logs, cache statistics
+#   results/plots/*.png      IOPS over time and latency percentiles, per size
+#   console.log              the guest's console
+# Environment for the guest script: ANCHORS_ENV="BENCH_RUNTIME=30 ..."
+# (see vmlab/guest/anchors-bench.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+CARGO="${CARGO:-cargo}"
+./scripts/install-vmlab-deps.sh
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO ./vmlab/build-image.sh >/dev/null
+$CARGO build --release -p tiercache
+target="${CARGO_TARGET_DIR:-target}"
+case "$target" in /*) ;; *) target="$repo/$target" ;; esac
+export VMLAB_TIERCACHE="$target/release/tiercache"
+out="${ANCHORS_OUT:-$target/vmlab/anchors}"
+envs=()
+for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
+# shellcheck disable=SC2054 # (commas inside one --disk argument)
+./vmlab/run.sh --out "$out" --timeout 3600 --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
+  "${envs[@]}" vmlab/guest/anchors-bench.sh
+"$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"
+echo
+cat "$out/results/anchors.md"
+echo
+echo "anchors: plots in $out/results/plots"
