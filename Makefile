@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test deps lint unit fuzz vmlab
+.PHONY: run test deps lint unit fuzz vmlab anchors
 
 run: deps
 	$(CARGO) run --release -p tiercache -- bench
@@ -31,3 +31,8 @@ fuzz:
 # image is built once and cached (see vmlab/ and the README).
 vmlab:
 	CARGO="$(CARGO)" ./vmlab/test.sh
+
+# A benchmark, not a test: bcache, lvmcache and tiercache (NBD and ublk)
+# side by side in one qemu guest, with plots (about 25 minutes).
+anchors:
+	CARGO="$(CARGO)" ./vmlab/anchors.sh
