@@ -29,8 +29,10 @@ out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 envs=()
 for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
 # shellcheck disable=SC2054 # (commas inside one --disk argument)
+bins=()
+case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
 ./vmlab/run.sh --out "$out" --timeout 3600 --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
-  "${envs[@]}" vmlab/guest/anchors-bench.sh
+  "${envs[@]}" "${bins[@]}" vmlab/guest/anchors-bench.sh
 "$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"
 echo
 cat "$out/results/anchors.md"

@@ -24,7 +24,9 @@
 # Environment (--env K=V): BENCH_RUNTIME (s per run, default 15),
 # BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
-# BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU).
+# BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU),
+# BENCH_PERF=1 (a system-wide perf profile of each measured run into
+# perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
 # numbers rank the set-ups (hits against misses, warm-up, bypass) but their
 # absolute values say nothing about real hardware; a userspace cache pays
@@ -223,12 +225,26 @@ run_config() {
   cpu_before=$(cpu_ticks)
   [ "$kind" = tiercache ] && tc_before=$(proc_ticks "$TC_PID")
   step "$name, data $size: fio ${RUNTIME}s"
+  local perf_pid=""
+  if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
+    perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$name-$size.data" -- sleep $((RUNTIME - 3)) \
+      >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   fio "${common[@]}" --time_based --runtime="$RUNTIME" --unlink=1 --eta=never \
     --percentile_list=1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99 \
     --output-format=terse,json+ --terse-version=3 \
     --write_iops_log="$OUT/iops-$name-$size" --log_avg_msec=1000 \
     --output="$OUT/fio-$name-$size.out" || fail "fio $name"
   sleep 2 # bcache folds its counters into stats_total about once a second
+  if [ -n "$perf_pid" ]; then
+    wait "$perf_pid" || true
+    perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
+      grep -v '^$' | head -n 400 >"$OUT/perf-$name-$size.txt" || true
+    perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm --stdio -g none 2>/dev/null |
+      grep '%' | head -n 30 >"$OUT/perf-$name-$size-comm.txt" || true
+    rm -f "$OUT/perf-$name-$size.data"
+  fi
   after=$("${kind}_counters")
   local cpu_after tc_after=0
   cpu_after=$(cpu_ticks)
