@@ -985,7 +985,9 @@ impl Engine {
     /// merging neighbours into one write, then flushes the backing device
     /// and marks them clean. Returns how many were cleaned.
     pub fn clean(&self, max_blocks: usize) -> Result<usize> {
-        let mut dirty = self.director.lock().dirty_blocks();
+        // Sorted (backing-device order) outside the director's lock.
+        let mut dirty = self.director.lock().dirty_blocks_unordered();
+        dirty.sort_unstable();
         dirty.truncate(max_blocks);
         if dirty.is_empty() {
             return Ok(0);
@@ -1085,14 +1087,25 @@ impl Engine {
                 // and their slots may be reused. The stripe lock and the
                 // dirty state keep the slots unchanged meanwhile, so the
                 // claims cannot be dropped by the commit.
+                // The checksums first: the director's lock, which every
+                // IO takes, is not held while a run of up to 4 MiB is
+                // checksummed.
+                let crcs: Vec<Option<u32>> = run
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(o, _))| {
+                        read_ok[k].then(|| {
+                            let (bs, be) = self.block_span(o.0);
+                            crc32c::crc32c(
+                                &tmp[(bs - full_start) as usize..(be - full_start) as usize],
+                            )
+                        })
+                    })
+                    .collect();
                 {
                     let d = self.director.lock();
                     for (k, &(o, c)) in run.iter().enumerate() {
-                        if read_ok[k] {
-                            let (bs, be) = self.block_span(o.0);
-                            let crc = crc32c::crc32c(
-                                &tmp[(bs - full_start) as usize..(be - full_start) as usize],
-                            );
+                        if let Some(crc) = crcs[k] {
                             let gen = claims::generation(self.claims.load(c));
                             self.record_clean_claim(&d, o, c, gen, crc);
                             if self.claims.load(c) & claims::CLAIMED == 0 {

@@ -435,13 +435,20 @@ impl Director {
 
     /// Dirty blocks in origin order (the order a cleaner should write them).
     pub fn dirty_blocks(&self) -> Vec<(OriginBlock, CacheBlock)> {
+        let mut v = self.dirty_blocks_unordered();
+        v.sort_unstable();
+        v
+    }
+
+    /// [`Director::dirty_blocks`] in no particular order: for a caller that
+    /// sorts them after releasing a lock it holds the director under.
+    pub fn dirty_blocks_unordered(&self) -> Vec<(OriginBlock, CacheBlock)> {
         let mut v = Vec::with_capacity(self.replacement.dirty_len() as usize);
         self.replacement.for_each_resident(&mut |o, c, dirty| {
             if dirty {
                 v.push((o, c));
             }
         });
-        v.sort_unstable();
         v
     }
 
