@@ -192,4 +192,3 @@ fn a_failed_file_read_is_counted_and_the_normal_read_still_answers() {
         "trimmed away"
     );
 }
-
