@@ -537,10 +537,7 @@ impl Engine {
         let now = self.clock.now();
         let mut pinned = Vec::with_capacity((blocks.end - blocks.start) as usize);
         let mut d = self.director.lock();
-        if !blocks.clone().all(|b| {
-            d.read_hit_slot(OriginBlock(b))
-                .is_some_and(|c| self.slots.is_ready(c))
-        }) {
+        if !self.all_ready_hits(&d, blocks.clone()) {
             return None;
         }
         IoCounters::add(&self.io.read_bytes, len);
@@ -570,6 +567,16 @@ impl Engine {
         })
     }
 
+    /// Whether every block of `blocks` is a read hit on a slot that holds
+    /// its data (not being filled). Call with the director locked; the
+    /// answer holds for as long as it stays locked.
+    fn all_ready_hits(&self, d: &Director, mut blocks: std::ops::Range<u64>) -> bool {
+        blocks.all(|b| {
+            d.read_hit_slot(OriginBlock(b))
+                .is_some_and(|c| self.slots.is_ready(c))
+        })
+    }
+
     /// The read with the range's stripes locked shared. With
     /// `only_if_cached`, returns None, having changed nothing, unless every
     /// block is a ready hit (checked under the director, in the same
@@ -588,12 +595,7 @@ impl Engine {
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
             let mut d = self.director.lock();
-            if only_if_cached
-                && !blocks.clone().all(|b| {
-                    d.read_hit_slot(OriginBlock(b))
-                        .is_some_and(|c| self.slots.is_ready(c))
-                })
-            {
+            if only_if_cached && !self.all_ready_hits(&d, blocks.clone()) {
                 return None;
             }
             IoCounters::add(&self.io.read_bytes, len);
