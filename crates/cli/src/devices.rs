@@ -33,6 +33,45 @@ pub fn open(spec: &str) -> Result<Arc<dyn BlockDevice>> {
     Ok(Arc::new(dev))
 }
 
+/// The file or device node a spec names, with the prefixes that wrap it
+/// (`hdd:`, `file:`) taken off; `None` for a memory device.
+fn spec_path(spec: &str) -> Option<&str> {
+    let mut s = spec;
+    while let Some(inner) = s.strip_prefix("hdd:") {
+        s = inner;
+    }
+    if s.starts_with("mem:") {
+        return None;
+    }
+    Some(s.strip_prefix("file:").unwrap_or(s))
+}
+
+/// Refuses a backing and a cache spec that name one file or one block
+/// device (by inode, or by device number for block device nodes, so two
+/// paths of one device are caught too): formatting a cache over its own
+/// backing device would destroy the data it is meant to cache.
+pub fn ensure_distinct(backing: &str, cache: &str) -> Result<()> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let (Some(b), Some(c)) = (spec_path(backing), spec_path(cache)) else {
+        return Ok(());
+    };
+    let (Ok(mb), Ok(mc)) = (std::fs::metadata(b), std::fs::metadata(c)) else {
+        return Ok(()); // opening them says what is missing
+    };
+    let same = if mb.file_type().is_block_device() && mc.file_type().is_block_device() {
+        mb.rdev() == mc.rdev()
+    } else {
+        (mb.dev(), mb.ino()) == (mc.dev(), mc.ino())
+    };
+    if same {
+        bail!(
+            "the backing device ({backing}) and the cache device ({cache}) are the same \
+             file: a cache needs a device of its own"
+        );
+    }
+    Ok(())
+}
+
 /// Bytes checked at each end of a device before formatting it.
 const SIGNATURE_SPAN: u64 = 1 << 20;
 
@@ -77,6 +116,23 @@ mod tests {
         assert!(e.contains("not blank") && e.contains("--force"), "{e}");
         let small = MemDevice::new(4096);
         ensure_blank(&small, "s").unwrap();
+    }
+
+    #[test]
+    fn one_file_cannot_be_both_backing_and_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.img");
+        let b = dir.path().join("b.img");
+        let link = dir.path().join("link.img");
+        for p in [&a, &b] {
+            std::fs::File::create(p).unwrap().set_len(1 << 20).unwrap();
+        }
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        let (a, b, link) = (a.display(), b.display(), link.display());
+        let e = ensure_distinct(&format!("hdd:{a}"), &format!("file:{link}")).unwrap_err();
+        assert!(e.to_string().contains("are the same file"), "{e}");
+        ensure_distinct(&a.to_string(), &b.to_string()).unwrap();
+        ensure_distinct("mem:1M", "mem:1M").unwrap();
     }
 
     #[test]

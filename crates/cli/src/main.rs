@@ -461,6 +461,7 @@ fn create(a: &CreateArgs) -> Result<()> {
             a.block_size
         );
     }
+    devices::ensure_distinct(&a.backing, &a.cache)?;
     let backing = devices::open(&a.backing).context("backing device")?;
     let cache = devices::open(&a.cache).context("cache device")?;
     let existing = tiercache_metadata::check(&*cache);

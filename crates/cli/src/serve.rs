@@ -16,6 +16,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     if s.ublk.is_some() {
         crate::ublk::check_available()?;
     }
+    if let Some(cache_spec) = &s.cache {
+        crate::devices::ensure_distinct(&s.backing, cache_spec)?;
+    }
     let backing = crate::devices::open(&s.backing).context("backing device")?;
     let rotational = s.backing.starts_with("hdd:");
     let Some(cache_spec) = &s.cache else {

@@ -416,3 +416,92 @@ print('verified')\n"
             .arg(s.control()));
     }
 }
+
+#[test]
+fn a_second_server_on_a_served_cache_or_backing_device_is_refused() {
+    let t = "a_second_server_on_a_served_cache_or_backing_device_is_refused";
+    if !have("nbdsh", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, cache, b, c) = sparse_devices(d, 32, 16);
+    let mut s = Served::spawn(d, &b, &c, &["--create", "--mode", "writeback"]);
+    let pid = s.pid().unwrap();
+    assert_verified(
+        &s,
+        &format!("{PY_BLOCK}h.pwrite(blk(1, 1), 4096)\nh.flush()\nprint('verified')\n"),
+        "first write",
+    );
+    let before = sha(&cache);
+
+    // The same cache again, from another directory (its own sockets).
+    let d2 = d.join("second");
+    std::fs::create_dir_all(&d2).unwrap();
+    let other_backing = d2.join("other-backing.img");
+    sparse_file(&other_backing, 32 * MIB);
+    let again = Served::unstarted(&d2, &other_backing.display().to_string(), &c, &[]);
+    let msg = again.expect_refusal();
+    assert!(msg.contains(&format!("in use by process {pid}")), "{msg}");
+    assert!(msg.contains(&c), "{msg}");
+    // The same backing device behind another cache.
+    let other_cache = d2.join("other-cache.img");
+    sparse_file(&other_cache, 16 * MIB);
+    let other = Served::unstarted(&d2, &b, &other_cache.display().to_string(), &["--create"]);
+    let msg = other.expect_refusal();
+    assert!(msg.contains(&format!("in use by process {pid}")), "{msg}");
+    assert!(msg.contains(&b), "{msg}");
+    // Offline commands that write the cache are refused as well.
+    let out = output(
+        tiercache()
+            .arg("check")
+            .arg("--repair")
+            .arg("--cache")
+            .arg(&c),
+    );
+    assert!(
+        !out.status.success(),
+        "check --repair ran on a served cache"
+    );
+
+    // The first server never noticed: it still serves, and the cache file
+    // is as it was.
+    assert!(s.is_running());
+    assert_eq!(sha(&cache), before, "a refused server wrote the cache");
+    assert_verified(
+        &s,
+        &format!("{PY_BLOCK}assert h.pread(4096, 4096) == blk(1, 1)\nprint('verified')\n"),
+        "read back",
+    );
+    s.stop();
+    // Once it has stopped, the cache is free again.
+    s.restart();
+    s.stop();
+}
+
+#[test]
+fn one_file_given_as_backing_and_cache_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    sparse_file(&img, 32 * MIB);
+    let p = img.display().to_string();
+    for cmd in ["create", "serve"] {
+        let mut c = tiercache();
+        c.arg(cmd)
+            .arg("--backing")
+            .arg(&p)
+            .arg("--cache")
+            .arg(format!("file:{p}"));
+        if cmd == "serve" {
+            c.arg("--create")
+                .arg("--socket")
+                .arg(dir.path().join("s.sock"));
+        }
+        let out = output(&mut c);
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd} accepted one file twice");
+        assert!(msg.contains("are the same file"), "{cmd}: {msg}");
+    }
+    let data = std::fs::read(&img).unwrap();
+    assert!(data.iter().all(|&b| b == 0), "the file was written");
+}

@@ -186,6 +186,7 @@ impl FileDevice {
             }
         }
 
+        lock_exclusive(&file, path)?;
         Ok(FileDevice {
             file,
             path: path.to_path_buf(),
@@ -295,16 +296,88 @@ impl FileDevice {
 fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.read(true).write(true);
-    if direct {
-        opts.custom_flags(libc::O_DIRECT);
+    let mut flags = if direct { libc::O_DIRECT } else { 0 };
+    // A block device is claimed as the kernel's exclusive open does for
+    // bcache, dm-cache and md: refused while mounted or held by another.
+    let block_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+    if block_device {
+        flags |= libc::O_EXCL;
     }
+    opts.custom_flags(flags);
     match opts.open(path) {
         // EINVAL is how the kernel says "no O_DIRECT here"; the caller
         // decides, so keep the raw error.
         Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => Err(e),
+        Err(e) if block_device && e.raw_os_error() == Some(libc::EBUSY) => Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "{}: the block device is in use (mounted, or held by another program such as \
+                 another tiercache, bcache, dm-cache or an md array); refusing to open it",
+                path.display()
+            ),
+        )),
         Err(e) => Err(path_error(path, "cannot open", e)),
         Ok(f) => Ok(f),
     }
+}
+
+/// Takes an exclusive `flock` on `file` for as long as it stays open, so
+/// that two processes never both write one device: a second `tiercache
+/// serve` on a cache already served, or a backing device already behind
+/// another cache, is refused with the holder named (from `/proc/locks`).
+/// The lock goes with the process: `kill -9` releases it.
+fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
+    // SAFETY: flock on a descriptor `file` keeps open; no pointers involved.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        return Err(path_error(path, "cannot lock", e));
+    }
+    let holder = lock_holder(file);
+    let who = match holder {
+        Some(pid) if pid == std::process::id() => {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "{}: opened twice by this command (is the same device given twice, \
+                     e.g. as both backing and cache?)",
+                    path.display()
+                ),
+            ))
+        }
+        Some(pid) => {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("process {pid} ({})", comm.trim())
+        }
+        None => "another process".to_string(),
+    };
+    Err(io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        format!(
+            "{}: in use by {who}, which holds it open for writing (another `tiercache serve` \
+             of this device?); two writers would corrupt it: stop that one first",
+            path.display()
+        ),
+    ))
+}
+
+/// The pid holding a `flock` on `file`'s inode, from `/proc/locks` (lines
+/// such as `1: FLOCK ADVISORY WRITE 4242 fd:01:1311 0 EOF`).
+fn lock_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    std::fs::read_to_string("/proc/locks")
+        .ok()?
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 5 && f[1] == "FLOCK" && f[5] == id)
+        .and_then(|f| f[4].parse().ok())
 }
 
 fn blk_size(file: &File, path: &Path) -> io::Result<u64> {
@@ -465,6 +538,53 @@ mod tests {
 
     fn tmpdir() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn a_device_is_opened_by_one_owner_at_a_time() {
+        let dir = tmpdir();
+        let p = dir.path().join("dev.img");
+        let first = FileDevice::create(&p, 1 << 20).unwrap();
+        let e = FileDevice::open(&p).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+        assert!(
+            e.to_string().contains("opened twice by this command"),
+            "{e}"
+        );
+        // Another process holding it is named by pid.
+        let mut holder = std::process::Command::new("flock")
+            .arg("-x")
+            .arg("-o") // the lock stays with flock(1) itself, not with sleep
+            .arg(&p)
+            .arg("sleep")
+            .arg("30")
+            .spawn()
+            .expect("flock(1) from util-linux");
+        drop(first);
+        let start = std::time::Instant::now();
+        let e = loop {
+            match FileDevice::open(&p) {
+                Err(e) => break e,
+                Ok(d) => {
+                    // flock(1) has not taken it yet.
+                    drop(d);
+                    assert!(
+                        start.elapsed().as_secs() < 10,
+                        "flock(1) never took the lock"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+        };
+        let msg = e.to_string();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(
+            msg.contains(&format!("in use by process {}", holder.id())),
+            "{msg}"
+        );
+        // The lock goes with its holder.
+        FileDevice::open(&p).unwrap();
     }
 
     #[test]

@@ -112,15 +112,21 @@ impl Served {
     /// Serves without formatting first (use `--create` in `args`, or
     /// format with `tiercache create`).
     pub fn spawn(dir: &Path, backing: &str, cache: &str, args: &[&str]) -> Served {
-        let mut s = Served {
+        let mut s = Served::unstarted(dir, backing, cache, args);
+        s.restart();
+        s
+    }
+
+    /// The server's command line, not started (for `restart` or
+    /// `expect_refusal`).
+    pub fn unstarted(dir: &Path, backing: &str, cache: &str, args: &[&str]) -> Served {
+        Served {
             dir: dir.to_path_buf(),
             backing: backing.to_string(),
             cache: cache.to_string(),
             args: args.iter().map(|s| s.to_string()).collect(),
             child: None,
-        };
-        s.restart();
-        s
+        }
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -189,6 +195,11 @@ impl Served {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
+    }
+
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     pub fn log(&self) -> String {
