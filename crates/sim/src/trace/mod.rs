@@ -257,6 +257,7 @@ impl Parser {
     /// Bytes per record of a binary format; `None` for text (lines).
     fn record_size(&self) -> Option<usize> {
         match self {
+            // No parser: the input is empty, any size reads nothing.
             Parser::Vscsi(p) => Some(p.as_ref().map_or(1, |p| p.record_size())),
             Parser::Oracle(_) => Some(oracle::RECORD_SIZE),
             _ => None,

@@ -22,6 +22,12 @@
 //! `oracleGeneral:sector`. A wrong unit does not fail, it gives other miss
 //! ratios: check that offsets times the unit look like the device sizes.
 //!
+//! The format keeps one size per object: libCacheSim's conversion of its
+//! CloudPhysics sample gives a record the size of the object's other
+//! requests in 13671 of 113872 records (the vscsi `len` differs), and has no
+//! writes, so a block trace in this form does not give the miss ratios of
+//! its original exactly.
+//!
 //! A request of size 0 is yielded with length 0 (the simulator ignores it;
 //! libCacheSim skips such records by default). A last record cut short is an
 //! error.
