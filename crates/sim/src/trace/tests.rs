@@ -489,7 +489,7 @@ fn spc_sectors_bytes_seconds_and_one_volume_per_asu() {
             req(0, 20941264 * 512, 8192, Access::Write),
             req(
                 2_335_000,
-                1 << VOLUME_SHIFT | 20939840 * 512,
+                (1 << VOLUME_SHIFT) | (20939840 * 512),
                 4096,
                 Access::Read
             ),
