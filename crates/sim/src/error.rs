@@ -19,6 +19,16 @@ pub enum Error {
         line: u64,
         msg: String,
     },
+    /// A record of a binary trace that does not parse (or is cut short).
+    /// `record` is 1-based; `byte` is where the record starts in the
+    /// (decompressed) stream.
+    #[error("{source_name}: record {record} (byte {byte}): {msg}")]
+    Record {
+        source_name: String,
+        record: u64,
+        byte: u64,
+        msg: String,
+    },
     /// A bad option: unknown format, bad mapping string, impossible sizes.
     #[error("{0}")]
     Config(String),
@@ -41,6 +51,22 @@ impl Error {
         Error::Parse {
             source_name: source_name.to_string(),
             line,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn record(
+        source_name: &str,
+        record: u64,
+        byte: u64,
+        msg: impl Into<String>,
+    ) -> Self {
+        Error::Record {
+            source_name: source_name.to_string(),
+            record,
+            byte,
             msg: msg.into(),
         }
     }

@@ -40,7 +40,12 @@ pub fn read_trace_with(data: &[u8], opts: TraceOptions) {
     // An error (or the end) is final.
     assert!(reader.next().is_none(), "reader yielded after its end");
     let volumes = reader.volumes().len() as u64;
-    let named_volumes = !matches!(reader.format(), TraceFormat::Csv(_));
+    // Formats whose records name a volume (a generic CSV mapping may not;
+    // the binary formats never do and may use the whole 64-bit range).
+    let named_volumes = !matches!(
+        reader.format(),
+        TraceFormat::Csv(_) | TraceFormat::Vscsi | TraceFormat::OracleGeneral(_)
+    );
     if named_volumes && opts.volumes == VolumeMode::Separate {
         // The i-th volume seen starts at i << VOLUME_SHIFT.
         if let Some(v) = max_volume {

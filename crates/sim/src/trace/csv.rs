@@ -5,7 +5,7 @@
 //! and skipped (unless a generic mapping says `skip=N`).
 
 use super::fio::shorten;
-use super::{parse_time_ns, parse_u64, Line, Record};
+use super::{parse_time_ns, parse_u64, parse_unit, unit_name, Line, Record};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -14,7 +14,9 @@ use tiercache_types::{Access, SECTOR_SIZE};
 
 /// Column mapping of a generic CSV trace, written as comma-separated
 /// `key=value` pairs, e.g.
-/// `time=0,offset=2,len=3,op=1,op_read=R,unit=sector,time_unit=us`.
+/// `time=0,offset=2,len=3,op=1,op_read=R,unit=sector,time_unit=us`, or
+/// with an offset in sectors and a length in bytes,
+/// `offset=1,len=2,offset_unit=sector,len_unit=byte`.
 ///
 /// Keys (columns are 0-based):
 /// - `offset=N` (required), `len=N` (or `fixed_len=BYTES` for traces without
@@ -24,7 +26,11 @@ use tiercache_types::{Access, SECTOR_SIZE};
 /// - `op=N` with `op_read=TEXT` (the value that means read; case-insensitive)
 ///   and optionally `op_write=TEXT` (then any other value is an error; without
 ///   it every non-read value is a write). Without `op` all requests are reads;
-/// - `unit=byte|sector|block:BYTES` for offset and length (default `byte`);
+/// - `unit=byte|sector|block:BYTES|BYTES` for offset and length (default
+///   `byte`); `offset_unit=` and `len_unit=` (same values) set one of the
+///   two, for traces that mix sector offsets with byte lengths. Later keys
+///   override earlier ones (`unit=sector,len_unit=byte`). `fixed_len` is
+///   always bytes;
 /// - `volume=N` (optional column naming the volume);
 /// - `sep=comma|tab|space|semicolon|pipe` (default `comma`; `space` splits on
 ///   runs of blanks);
@@ -40,8 +46,10 @@ pub struct CsvMapping {
     pub op_read: Option<String>,
     pub op_write: Option<String>,
     pub volume: Option<usize>,
-    /// Bytes per unit of offset and length.
-    pub unit: u64,
+    /// Bytes per unit of the offset column.
+    pub offset_unit: u64,
+    /// Bytes per unit of the length column.
+    pub len_unit: u64,
     /// Nanoseconds per unit of time.
     pub time_unit_ns: u64,
     pub sep: Sep,
@@ -69,7 +77,8 @@ impl FromStr for CsvMapping {
             op_read: None,
             op_write: None,
             volume: None,
-            unit: 1,
+            offset_unit: 1,
+            len_unit: 1,
             time_unit_ns: 1_000,
             sep: Sep::Char(','),
             skip: None,
@@ -92,21 +101,13 @@ impl FromStr for CsvMapping {
                 "op_read" => m.op_read = Some(v.to_string()),
                 "op_write" => m.op_write = Some(v.to_string()),
                 "volume" | "device" => m.volume = Some(col()?),
-                "unit" => {
-                    m.unit = match v.to_ascii_lowercase().as_str() {
-                        "byte" | "bytes" | "b" => 1,
-                        "sector" | "sectors" | "512" => SECTOR_SIZE,
-                        other => match other.strip_prefix("block:") {
-                            Some(bs) => tiercache_types::parse_size(bs).map_err(&bad)?,
-                            None => {
-                                return Err(bad(format!(
-                                    "unit={v}: expected byte, sector or block:BYTES"
-                                )))
-                            }
-                        },
-                    };
-                    if m.unit == 0 {
-                        return Err(bad("unit must not be 0".into()));
+                "unit" | "offset_unit" | "len_unit" | "length_unit" | "size_unit" => {
+                    let unit = parse_unit(v).map_err(|e| bad(format!("{k}={v}: {e}")))?;
+                    if k != "len_unit" && k != "length_unit" && k != "size_unit" {
+                        m.offset_unit = unit;
+                    }
+                    if k != "offset_unit" {
+                        m.len_unit = unit;
                     }
                 }
                 "time_unit" => {
@@ -146,7 +147,7 @@ impl FromStr for CsvMapping {
                 other => {
                     return Err(bad(format!(
                     "unknown key '{other}' (expected time, offset, len, fixed_len, op, op_read, \
-                         op_write, volume, unit, time_unit, sep, skip)"
+                         op_write, volume, unit, offset_unit, len_unit, time_unit, sep, skip)"
                 )))
                 }
             }
@@ -191,11 +192,12 @@ impl fmt::Display for CsvMapping {
         if let Some(v) = self.volume {
             parts.push(format!("volume={v}"));
         }
-        parts.push(match self.unit {
-            1 => "unit=byte".to_string(),
-            SECTOR_SIZE => "unit=sector".to_string(),
-            b => format!("unit=block:{b}"),
-        });
+        if self.offset_unit == self.len_unit {
+            parts.push(format!("unit={}", unit_name(self.offset_unit)));
+        } else {
+            parts.push(format!("offset_unit={}", unit_name(self.offset_unit)));
+            parts.push(format!("len_unit={}", unit_name(self.len_unit)));
+        }
         parts.push(format!(
             "time_unit={}",
             match self.time_unit_ns {
@@ -380,13 +382,17 @@ impl CsvParser {
                         shorten(line)
                     ));
                 }
-                let scale = |v: u64, what: &str| {
-                    v.checked_mul(m.unit)
+                let scale = |v: u64, unit: u64, what: &str| {
+                    v.checked_mul(unit)
                         .ok_or_else(|| format!("{what} {v} is out of range"))
                 };
-                let offset = scale(parse_u64(field(m.offset), "offset")?, "offset")?;
+                let offset = scale(
+                    parse_u64(field(m.offset), "offset")?,
+                    m.offset_unit,
+                    "offset",
+                )?;
                 let len = match m.len {
-                    Some(c) => scale(parse_u64(field(c), "length")?, "length")?,
+                    Some(c) => scale(parse_u64(field(c), "length")?, m.len_unit, "length")?,
                     None => m.fixed_len.unwrap_or(0),
                 };
                 let access = match m.op {

@@ -3,11 +3,13 @@
 //!
 //! Every reader works in constant memory (one line at a time, at most
 //! [`MAX_LINE_BYTES`] long, so input without newlines fails instead of
-//! filling memory; the only state that grows is the table of volume names,
-//! one entry of at most [`MAX_VOLUME_NAME_BYTES`] per volume), reads
-//! gzip- or zstd-compressed input directly (detected by magic bytes, not by
-//! file name), and reports a malformed line as [`Error::Parse`] with the
-//! 1-based line number.
+//! filling memory, or one fixed-size record at a time for the binary
+//! formats; the only state that grows is the table of volume names, one
+//! entry of at most [`MAX_VOLUME_NAME_BYTES`] per volume), reads gzip- or
+//! zstd-compressed input directly (detected by magic bytes, not by file
+//! name), and reports a malformed line as [`Error::Parse`] with the 1-based
+//! line number, a malformed or cut-short binary record as [`Error::Record`]
+//! with the 1-based record number and its byte offset.
 //!
 //! Formats ([`TraceFormat`]):
 //! - `fio` iolog version 2 and 3 ("Trace file format" in fio's HOWTO). v2 has
@@ -28,9 +30,20 @@
 //!   ioType(0=read,1=write),volumeId`.
 //! - `alibaba`: Alibaba block trace CSV `device_id,opcode(R/W),offset(bytes),
 //!   length(bytes),timestamp(us)`.
+//! - `spc`: SPC CSV (UMass Financial and WebSearch traces) `ASU,LBA(sectors),
+//!   Size(bytes),Opcode(r/w),Timestamp(s)`; each ASU is a volume.
+//! - `vscsi`: libCacheSim's binary CloudPhysics format, VSCSI1 (32-byte
+//!   records) or VSCSI2 (40-byte records), detected from the data; timestamp
+//!   in us, LBA in sectors, length in bytes, SCSI command (read or write;
+//!   other commands skipped). Found by format detection too.
+//! - `oracleGeneral[:UNIT]`: libCacheSim's binary 24-byte records (`u32
+//!   clock_time(s), u64 obj_id, u32 obj_size(bytes), i64 next_access_vtime`);
+//!   all reads; `obj_id` is the offset in UNIT (`byte` by default, `sector`
+//!   for libCacheSim's CloudPhysics conversions, `block:BYTES`). Not
+//!   detected: name it.
 //! - `csv:MAPPING`: any delimited text with a column mapping such as
-//!   `time=0,offset=2,len=3,op=1,op_read=R,unit=sector,time_unit=us`; see
-//!   [`CsvMapping`].
+//!   `time=0,offset=2,len=3,op=1,op_read=R,unit=sector,time_unit=us` or with
+//!   separate units, `offset_unit=sector,len_unit=byte`; see [`CsvMapping`].
 //!
 //! Time: [`Request::time`] is in nanoseconds relative to the first record
 //! with a timestamp (records that go back in time get 0 rather than wrap).
@@ -46,6 +59,9 @@
 mod blkparse;
 mod csv;
 mod fio;
+mod oracle;
+mod spc;
+mod vscsi;
 
 pub use csv::CsvMapping;
 
@@ -58,7 +74,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tiercache_types::{Access, Time};
+use tiercache_types::{Access, Time, SECTOR_SIZE};
 
 /// One IO as the cache would see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,12 +125,25 @@ pub enum TraceFormat {
     Msr,
     Tencent,
     Alibaba,
+    /// SPC (UMass Financial, WebSearch): one volume per ASU.
+    Spc,
+    /// libCacheSim vscsi, VSCSI1 or VSCSI2 (detected from the data).
+    Vscsi,
+    /// libCacheSim oracleGeneral; the value is the bytes per `obj_id`.
+    OracleGeneral(oracle::ObjUnit),
     Csv(CsvMapping),
 }
 
 impl TraceFormat {
     /// The names accepted by `FromStr`.
-    pub const NAMES: &'static str = "fio, blkparse, msr, tencent, alibaba, csv:MAPPING";
+    pub const NAMES: &'static str =
+        "fio, blkparse, msr, tencent, alibaba, spc, vscsi, oracleGeneral[:byte|sector|block:BYTES], \
+         csv:MAPPING";
+
+    /// Whether the format is binary (fixed-size records, not lines).
+    pub fn is_binary(&self) -> bool {
+        matches!(self, TraceFormat::Vscsi | TraceFormat::OracleGeneral(_))
+    }
 }
 
 impl fmt::Display for TraceFormat {
@@ -125,6 +154,10 @@ impl fmt::Display for TraceFormat {
             TraceFormat::Msr => f.write_str("msr"),
             TraceFormat::Tencent => f.write_str("tencent"),
             TraceFormat::Alibaba => f.write_str("alibaba"),
+            TraceFormat::Spc => f.write_str("spc"),
+            TraceFormat::Vscsi => f.write_str("vscsi"),
+            TraceFormat::OracleGeneral(1) => f.write_str("oracleGeneral"),
+            TraceFormat::OracleGeneral(u) => write!(f, "oracleGeneral:{}", unit_name(*u)),
             TraceFormat::Csv(m) => write!(f, "csv:{m}"),
         }
     }
@@ -140,9 +173,20 @@ impl FromStr for TraceFormat {
             "msr" | "msr-cambridge" => TraceFormat::Msr,
             "tencent" | "tencent-cbs" | "cbs" => TraceFormat::Tencent,
             "alibaba" | "ali" => TraceFormat::Alibaba,
+            "spc" | "umass" => TraceFormat::Spc,
+            "vscsi" | "cloudphysics" => TraceFormat::Vscsi,
+            "oraclegeneral" | "oracle-general" | "oracle" => TraceFormat::OracleGeneral(1),
             _ => {
+                let oracle = ["oraclegeneral:", "oracle-general:", "oracle:"]
+                    .iter()
+                    .find_map(|p| lower.strip_prefix(p));
                 if let Some(m) = s.trim().strip_prefix("csv:") {
                     TraceFormat::Csv(m.parse()?)
+                } else if let Some(unit) = oracle {
+                    TraceFormat::OracleGeneral(
+                        parse_unit(unit)
+                            .map_err(|m| Error::Config(format!("trace format '{s}': {m}")))?,
+                    )
                 } else {
                     return Err(Error::Config(format!(
                         "unknown trace format '{s}' (expected one of: {})",
@@ -184,11 +228,18 @@ pub(crate) enum Parser {
     Fio(fio::FioParser),
     Blkparse(blkparse::BlkparseParser),
     Csv(csv::CsvParser),
+    Spc(spc::SpcParser),
+    /// `None`: the input is empty.
+    Vscsi(Option<vscsi::VscsiParser>),
+    Oracle(oracle::OracleParser),
 }
 
 impl Parser {
-    fn new(format: &TraceFormat, opts: &TraceOptions) -> Parser {
-        match format {
+    /// `head`: the first bytes of the decompressed input, for the binary
+    /// formats that tell their layout from the data. Errors are messages
+    /// about the first record.
+    fn new(format: &TraceFormat, opts: &TraceOptions, head: &[u8]) -> Result<Parser, String> {
+        Ok(match format {
             TraceFormat::Fio => Parser::Fio(fio::FioParser::new()),
             TraceFormat::Blkparse => {
                 Parser::Blkparse(blkparse::BlkparseParser::new(opts.blkparse_event))
@@ -196,7 +247,20 @@ impl Parser {
             TraceFormat::Msr => Parser::Csv(csv::CsvParser::msr()),
             TraceFormat::Tencent => Parser::Csv(csv::CsvParser::tencent()),
             TraceFormat::Alibaba => Parser::Csv(csv::CsvParser::alibaba()),
+            TraceFormat::Spc => Parser::Spc(spc::SpcParser::new()),
+            TraceFormat::Vscsi => Parser::Vscsi(vscsi::VscsiParser::detect(head)?),
+            TraceFormat::OracleGeneral(unit) => Parser::Oracle(oracle::OracleParser::new(*unit)),
             TraceFormat::Csv(m) => Parser::Csv(csv::CsvParser::generic(m.clone())),
+        })
+    }
+
+    /// Bytes per record of a binary format; `None` for text (lines).
+    fn record_size(&self) -> Option<usize> {
+        match self {
+            // No parser: the input is empty, any size reads nothing.
+            Parser::Vscsi(p) => Some(p.as_ref().map_or(1, |p| p.record_size())),
+            Parser::Oracle(_) => Some(oracle::RECORD_SIZE),
+            _ => None,
         }
     }
 
@@ -207,6 +271,17 @@ impl Parser {
             Parser::Fio(p) => p.parse(line, line_no),
             Parser::Blkparse(p) => p.parse(line),
             Parser::Csv(p) => p.parse(line, line_no),
+            Parser::Spc(p) => p.parse(line, line_no),
+            Parser::Vscsi(_) | Parser::Oracle(_) => Err("binary format read as text".into()),
+        }
+    }
+
+    /// Parses one whole binary record of `record_size()` bytes.
+    fn parse_record(&mut self, rec: &[u8]) -> Result<Line<'static>, String> {
+        match self {
+            Parser::Vscsi(Some(p)) => p.parse(rec),
+            Parser::Oracle(p) => p.parse(rec),
+            _ => Err("not a binary format".into()),
         }
     }
 
@@ -214,7 +289,7 @@ impl Parser {
         match self {
             Parser::Fio(p) => p.finish(),
             Parser::Blkparse(p) => p.finish(),
-            Parser::Csv(_) => Ok(()),
+            _ => Ok(()),
         }
     }
 }
@@ -269,6 +344,19 @@ pub fn decompress<'r>(raw: impl Read + Send + 'r) -> std::io::Result<Box<dyn Buf
     }
 }
 
+/// Guesses the format of binary input from its first bytes: a NUL byte
+/// (never in a text trace) and vscsi version fields that fit. Returns `None`
+/// when nothing fits (oracleGeneral records cannot be told from other data).
+pub fn detect_binary_format(head: &[u8]) -> Option<TraceFormat> {
+    if !head.contains(&0) {
+        return None;
+    }
+    match vscsi::VscsiParser::detect(head) {
+        Ok(Some(_)) => Some(TraceFormat::Vscsi),
+        _ => None,
+    }
+}
+
 /// Guesses the format from the first lines of (decompressed) text.
 /// Returns `None` when nothing fits.
 pub fn detect_format(head: &str) -> Option<TraceFormat> {
@@ -320,6 +408,9 @@ pub fn detect_format(head: &str) -> Option<TraceFormat> {
     if all(&|f| f.len() == 5 && f[..4].iter().all(|x| is_num(x)) && (f[3] == "0" || f[3] == "1")) {
         return Some(TraceFormat::Tencent);
     }
+    if all(&|f| spc::looks_like_record(f)) {
+        return Some(TraceFormat::Spc);
+    }
     None
 }
 
@@ -329,23 +420,31 @@ pub struct TraceReader {
     input: Box<dyn BufRead + Send>,
     parser: Parser,
     format: TraceFormat,
+    /// Bytes per record of a binary format; `None`: lines of text.
+    record_size: Option<usize>,
+    /// Lines (or records) read so far.
+    line_no: u64,
+    buf: Vec<u8>,
+    done: bool,
+    resolver: Resolver,
+    raw_bytes: Arc<AtomicU64>,
+    raw_total: Option<u64>,
+}
+
+/// Turns parsed records into requests: volume prefixes and relative time.
+struct Resolver {
     source_name: String,
     volumes_mode: VolumeMode,
     volumes: HashMap<String, u64>,
-    line_no: u64,
-    buf: Vec<u8>,
     index: u64,
     first_time: Option<u64>,
     saw_time: bool,
-    done: bool,
-    raw_bytes: Arc<AtomicU64>,
-    raw_total: Option<u64>,
 }
 
 impl fmt::Debug for TraceReader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TraceReader")
-            .field("source", &self.source_name)
+            .field("source", &self.resolver.source_name)
             .field("format", &self.format)
             .field("line", &self.line_no)
             .finish()
@@ -404,34 +503,38 @@ impl TraceReader {
             .map_err(|e| Error::io(source_name, e))?;
         let format = match &opts.format {
             Some(f) => f.clone(),
-            None => {
-                let s = String::from_utf8_lossy(&head);
-                detect_format(&s).ok_or_else(|| {
+            None => detect_binary_format(&head)
+                .or_else(|| detect_format(&String::from_utf8_lossy(&head)))
+                .ok_or_else(|| {
                     Error::Config(format!(
                         "{source_name}: cannot tell the trace format from its first lines; \
                          name it explicitly (one of: {})",
                         TraceFormat::NAMES
                     ))
-                })?
-            }
+                })?,
         };
+        let parser =
+            Parser::new(&format, opts, &head).map_err(|m| Error::record(source_name, 1, 0, m))?;
         let input: Box<dyn BufRead + Send> = Box::new(BufReader::with_capacity(
             256 * 1024,
             std::io::Cursor::new(head).chain(text),
         ));
         Ok(TraceReader {
             input,
-            parser: Parser::new(&format, opts),
+            record_size: parser.record_size(),
+            parser,
             format,
-            source_name: source_name.to_string(),
-            volumes_mode: opts.volumes.clone(),
-            volumes: HashMap::new(),
             line_no: 0,
             buf: Vec::with_capacity(256),
-            index: 0,
-            first_time: None,
-            saw_time: false,
             done: false,
+            resolver: Resolver {
+                source_name: source_name.to_string(),
+                volumes_mode: opts.volumes.clone(),
+                volumes: HashMap::new(),
+                index: 0,
+                first_time: None,
+                saw_time: false,
+            },
             raw_bytes,
             raw_total,
         })
@@ -449,17 +552,25 @@ impl TraceReader {
     /// Whether the records read so far carried timestamps (else
     /// [`Request::time`] is the IO counter).
     pub fn has_timestamps(&self) -> bool {
-        self.saw_time
+        self.resolver.saw_time
     }
 
     /// The volumes seen so far and their index (offset prefix `i << 50`).
     pub fn volumes(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = self.volumes.iter().map(|(k, &i)| (k.clone(), i)).collect();
+        let mut v: Vec<(String, u64)> = self
+            .resolver
+            .volumes
+            .iter()
+            .map(|(k, &i)| (k.clone(), i))
+            .collect();
         v.sort_by_key(|x| x.1);
         v
     }
 
     fn next_request(&mut self) -> Result<Option<Request>> {
+        if let Some(size) = self.record_size {
+            return self.next_binary(size);
+        }
         loop {
             self.buf.clear();
             // One byte over the limit tells a line of exactly MAX_LINE_BYTES
@@ -467,90 +578,138 @@ impl TraceReader {
             let n = (&mut self.input)
                 .take(MAX_LINE_BYTES as u64 + 1)
                 .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io(&self.source_name, e))?;
+                .map_err(|e| Error::io(&self.resolver.source_name, e))?;
             if n == 0 {
                 self.parser
                     .finish()
-                    .map_err(|m| Error::parse(&self.source_name, self.line_no, m))?;
+                    .map_err(|m| Error::parse(&self.resolver.source_name, self.line_no, m))?;
                 return Ok(None);
             }
             self.line_no += 1;
             let line_no = self.line_no;
             if n > MAX_LINE_BYTES && self.buf.last() != Some(&b'\n') {
                 return Err(Error::parse(
-                    &self.source_name,
+                    &self.resolver.source_name,
                     line_no,
                     format!("line longer than {MAX_LINE_BYTES} bytes; is this a text trace?"),
                 ));
             }
             let line = std::str::from_utf8(&self.buf).map_err(|_| {
-                Error::parse(&self.source_name, line_no, "line is not valid UTF-8 text")
+                Error::parse(
+                    &self.resolver.source_name,
+                    line_no,
+                    "line is not valid UTF-8 text",
+                )
             })?;
             let line = line.trim_end_matches(['\n', '\r']);
             let rec = match self.parser.parse(line, line_no) {
                 Ok(Line::Skip) => continue,
                 Ok(Line::Record(r)) => r,
-                Err(m) => return Err(Error::parse(&self.source_name, line_no, m)),
+                Err(m) => return Err(Error::parse(&self.resolver.source_name, line_no, m)),
             };
-            let mut offset = rec.offset;
-            match (&self.volumes_mode, rec.volume) {
-                (VolumeMode::Merge, _) | (_, None) => {}
-                (VolumeMode::Only(want), Some(v)) => {
-                    if v != want {
-                        continue;
-                    }
-                }
-                (VolumeMode::Separate, Some(v)) => {
-                    let next = self.volumes.len() as u64;
-                    let idx = match self.volumes.get(v) {
-                        Some(&i) => i,
-                        None => {
-                            if v.len() > MAX_VOLUME_NAME_BYTES {
-                                return Err(Error::parse(
-                                    &self.source_name,
-                                    line_no,
-                                    format!(
-                                        "volume name longer than {MAX_VOLUME_NAME_BYTES} bytes"
-                                    ),
-                                ));
-                            }
-                            if next >= 1 << (64 - VOLUME_SHIFT) {
-                                return Err(Error::parse(
-                                    &self.source_name,
-                                    line_no,
-                                    "more than 16384 volumes; use VolumeMode::Merge or Only",
-                                ));
-                            }
-                            self.volumes.insert(v.to_string(), next);
-                            next
-                        }
-                    };
-                    if offset >= 1 << VOLUME_SHIFT {
-                        return Err(Error::parse(
-                            &self.source_name,
-                            line_no,
-                            format!("offset {offset} is past 1 PiB; volumes cannot be kept apart (use VolumeMode::Merge)"),
-                        ));
-                    }
-                    offset |= idx << VOLUME_SHIFT;
+            match self.resolver.resolve(rec) {
+                Ok(Some(r)) => return Ok(Some(r)),
+                Ok(None) => continue,
+                Err(m) => return Err(Error::parse(&self.resolver.source_name, line_no, m)),
+            }
+        }
+    }
+
+    /// The next request of a binary trace of `size`-byte records.
+    fn next_binary(&mut self, size: usize) -> Result<Option<Request>> {
+        loop {
+            self.buf.resize(size, 0);
+            let mut got = 0;
+            while got < size {
+                match self.input.read(&mut self.buf[got..size]) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io(&self.resolver.source_name, e)),
                 }
             }
-            let time = match rec.time_ns {
-                Some(t) => {
-                    self.saw_time = true;
-                    let first = *self.first_time.get_or_insert(t);
-                    Time(t.saturating_sub(first))
-                }
-                None => Time(self.index),
+            if got == 0 {
+                return Ok(None);
+            }
+            let record = self.line_no + 1;
+            self.line_no = record;
+            let byte = (record - 1).saturating_mul(size as u64);
+            let bad = |r: &Resolver, m: String| Error::record(&r.source_name, record, byte, m);
+            if got < size {
+                return Err(bad(
+                    &self.resolver,
+                    format!("truncated: the last record has {got} of its {size} bytes"),
+                ));
+            }
+            let rec = match self.parser.parse_record(&self.buf[..size]) {
+                Ok(Line::Skip) => continue,
+                Ok(Line::Record(r)) => r,
+                Err(m) => return Err(bad(&self.resolver, m)),
             };
-            self.index += 1;
-            return Ok(Some(Request {
-                time,
-                offset,
-                len: rec.len,
-                access: rec.access,
-            }));
+            match self.resolver.resolve(rec) {
+                Ok(Some(r)) => return Ok(Some(r)),
+                Ok(None) => continue,
+                Err(m) => return Err(bad(&self.resolver, m)),
+            }
         }
+    }
+}
+
+impl Resolver {
+    /// The request of a parsed record, `None` for one of a volume left out
+    /// ([`VolumeMode::Only`]). Errors are messages without location.
+    fn resolve(&mut self, rec: Record<'_>) -> Result<Option<Request>, String> {
+        let mut offset = rec.offset;
+        match (&self.volumes_mode, rec.volume) {
+            (VolumeMode::Merge, _) | (_, None) => {}
+            (VolumeMode::Only(want), Some(v)) => {
+                if v != want {
+                    return Ok(None);
+                }
+            }
+            (VolumeMode::Separate, Some(v)) => {
+                let next = self.volumes.len() as u64;
+                let idx = match self.volumes.get(v) {
+                    Some(&i) => i,
+                    None => {
+                        if v.len() > MAX_VOLUME_NAME_BYTES {
+                            return Err(format!(
+                                "volume name longer than {MAX_VOLUME_NAME_BYTES} bytes"
+                            ));
+                        }
+                        if next >= 1 << (64 - VOLUME_SHIFT) {
+                            return Err(
+                                "more than 16384 volumes; use VolumeMode::Merge or Only".into()
+                            );
+                        }
+                        self.volumes.insert(v.to_string(), next);
+                        next
+                    }
+                };
+                if offset >= 1 << VOLUME_SHIFT {
+                    return Err(format!(
+                        "offset {offset} is past 1 PiB; volumes cannot be kept apart \
+                         (use VolumeMode::Merge)"
+                    ));
+                }
+                offset |= idx << VOLUME_SHIFT;
+            }
+        }
+        let time = match rec.time_ns {
+            Some(t) => {
+                self.saw_time = true;
+                let first = *self.first_time.get_or_insert(t);
+                Time(t.saturating_sub(first))
+            }
+            None => Time(self.index),
+        };
+        self.index += 1;
+        Ok(Some(Request {
+            time,
+            offset,
+            len: rec.len,
+            access: rec.access,
+        }))
     }
 }
 
@@ -572,6 +731,48 @@ impl Iterator for TraceReader {
             }
         }
     }
+}
+
+/// Bytes per unit for `byte`, `sector`, `block:SIZE` or a plain size
+/// (`512`, `4k`); never 0.
+pub(crate) fn parse_unit(v: &str) -> Result<u64, String> {
+    let unit = match v.trim().to_ascii_lowercase().as_str() {
+        "byte" | "bytes" | "b" => 1,
+        "sector" | "sectors" => SECTOR_SIZE,
+        other => tiercache_types::parse_size(other.strip_prefix("block:").unwrap_or(other))
+            .map_err(|_| format!("unit '{v}': expected byte, sector, block:BYTES or BYTES"))?,
+    };
+    if unit == 0 {
+        return Err(format!("unit '{v}' must not be 0"));
+    }
+    Ok(unit)
+}
+
+/// The name `parse_unit` reads back as `unit`.
+pub(crate) fn unit_name(unit: u64) -> String {
+    match unit {
+        1 => "byte".into(),
+        SECTOR_SIZE => "sector".into(),
+        b => format!("block:{b}"),
+    }
+}
+
+/// Little-endian integers at a byte offset of a binary record (which the
+/// caller has checked is long enough).
+pub(crate) fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+pub(crate) fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
 }
 
 /// Parses an unsigned decimal integer, with a message naming the field.

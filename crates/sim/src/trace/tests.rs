@@ -299,6 +299,9 @@ fn garbage_never_panics() {
         TraceFormat::Msr,
         TraceFormat::Tencent,
         TraceFormat::Alibaba,
+        TraceFormat::Spc,
+        TraceFormat::Vscsi,
+        TraceFormat::OracleGeneral(1),
         "csv:time=0,offset=1,len=2,op=3,op_read=R,volume=4,unit=sector"
             .parse()
             .unwrap(),
@@ -319,5 +322,286 @@ fn garbage_never_panics() {
             let _ = read_all(&text, &opts);
         }
         let _ = read_all(&text, &TraceOptions::default());
+    }
+}
+
+/// One VSCSI1 record (32 bytes).
+fn vscsi1(cmd: u16, len: u32, lbn: u64, ts_us: u64) -> Vec<u8> {
+    let mut r = Vec::new();
+    r.extend_from_slice(&9u32.to_le_bytes()); // sn
+    r.extend_from_slice(&len.to_le_bytes());
+    r.extend_from_slice(&1u32.to_le_bytes()); // nSG
+    r.extend_from_slice(&cmd.to_le_bytes());
+    r.extend_from_slice(&0x0100u16.to_le_bytes()); // ver: 1 << 8
+    r.extend_from_slice(&lbn.to_le_bytes());
+    r.extend_from_slice(&ts_us.to_le_bytes());
+    assert_eq!(r.len(), 32);
+    r
+}
+
+/// One VSCSI2 record (40 bytes).
+fn vscsi2(cmd: u16, len: u32, lbn: u64, ts_us: u64) -> Vec<u8> {
+    let mut r = Vec::new();
+    r.extend_from_slice(&cmd.to_le_bytes());
+    r.extend_from_slice(&0x0200u16.to_le_bytes()); // ver: 2 << 8
+    r.extend_from_slice(&9u32.to_le_bytes()); // sn
+    r.extend_from_slice(&len.to_le_bytes());
+    r.extend_from_slice(&1u32.to_le_bytes()); // nSG
+    r.extend_from_slice(&lbn.to_le_bytes());
+    r.extend_from_slice(&ts_us.to_le_bytes());
+    r.extend_from_slice(&250u64.to_le_bytes()); // rt
+    assert_eq!(r.len(), 40);
+    r
+}
+
+/// One oracleGeneral record (24 bytes).
+fn oracle(clock_s: u32, obj_id: u64, size: u32, next: i64) -> Vec<u8> {
+    let mut r = Vec::new();
+    r.extend_from_slice(&clock_s.to_le_bytes());
+    r.extend_from_slice(&obj_id.to_le_bytes());
+    r.extend_from_slice(&size.to_le_bytes());
+    r.extend_from_slice(&next.to_le_bytes());
+    assert_eq!(r.len(), 24);
+    r
+}
+
+fn with_format(f: &str) -> TraceOptions {
+    TraceOptions {
+        format: Some(f.parse().unwrap()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn vscsi_both_versions_sectors_bytes_and_scsi_commands() {
+    let want = vec![
+        req(0, 8 * 512, 4096, Access::Read),
+        req(1_500_000_000, 0, 512, Access::Write),
+    ];
+    for rec in [vscsi1, vscsi2] {
+        let mut t = rec(0x28, 4096, 8, 1_000_000);
+        t.extend(rec(0x35, 0, 0, 1_000_100)); // SYNCHRONIZE CACHE: skipped
+        t.extend(rec(0x2a, 512, 0, 2_500_000));
+        assert_eq!(read_all(&t, &with_format("vscsi")).unwrap(), want);
+        // Detected without a format name, compressed or not.
+        assert_eq!(read_all(&t, &TraceOptions::default()).unwrap(), want);
+        let zs = zstd::encode_all(&t[..], 1).unwrap();
+        let r = TraceReader::new(std::io::Cursor::new(zs), "t", &TraceOptions::default()).unwrap();
+        assert_eq!(r.format(), &TraceFormat::Vscsi);
+        assert_eq!(r.collect::<Result<Vec<_>>>().unwrap(), want);
+    }
+    // Every data-moving SCSI opcode.
+    let mut t = Vec::new();
+    for cmd in [
+        0x08, 0x28, 0xa8, 0x88, 0x0a, 0x2a, 0xaa, 0x8a, 0x2e, 0xae, 0x8e,
+    ] {
+        t.extend(vscsi1(cmd, 512, 1, 5));
+    }
+    let r = read_all(&t, &with_format("vscsi")).unwrap();
+    let reads = r.iter().filter(|r| r.access == Access::Read).count();
+    assert_eq!((reads, r.len()), (4, 11));
+    // Empty input: an empty trace.
+    assert!(read_all(b"", &with_format("vscsi")).unwrap().is_empty());
+}
+
+#[test]
+fn vscsi_errors_name_the_record_and_its_byte() {
+    let mut t = vscsi1(0x28, 4096, 8, 1);
+    t.extend(vscsi1(0x28, 4096, 16, 2));
+    t.extend(&vscsi1(0x28, 4096, 24, 3)[..20]);
+    let err = read_all(&t, &with_format("vscsi")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "t: record 3 (byte 64): truncated: the last record has 20 of its 32 bytes"
+    );
+    assert!(matches!(
+        err,
+        Error::Record {
+            record: 3,
+            byte: 64,
+            ..
+        }
+    ));
+    // A version byte that is neither 1 nor 2.
+    let mut t = vscsi1(0x28, 4096, 8, 1);
+    t[15] = 3;
+    let err = read_all(&t, &with_format("vscsi")).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("t: record 1 (byte 0): not a vscsi trace"),
+        "{err}"
+    );
+    let err = read_all(b"0,R,0,4096,10\n", &with_format("vscsi")).unwrap_err();
+    assert!(err.to_string().contains("not a vscsi trace"), "{err}");
+    // An LBA whose byte offset overflows.
+    let t = vscsi2(0x28, 512, u64::MAX / 4, 1);
+    let err = read_all(&t, &with_format("vscsi")).unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+}
+
+#[test]
+fn oracle_general_units_zstd_and_truncation() {
+    let mut t = oracle(100, 4096, 4096, 2);
+    t.extend(oracle(101, 0, 8192, -1));
+    t.extend(oracle(103, 4096, 4096, -1));
+    let want = vec![
+        req(0, 4096, 4096, Access::Read),
+        req(1_000_000_000, 0, 8192, Access::Read),
+        req(3_000_000_000, 4096, 4096, Access::Read),
+    ];
+    assert_eq!(read_all(&t, &with_format("oracleGeneral")).unwrap(), want);
+    let zs = zstd::encode_all(&t[..], 3).unwrap();
+    assert_eq!(read_all(&zs, &with_format("oracleGeneral")).unwrap(), want);
+    let sectors = read_all(&t, &with_format("oracleGeneral:sector")).unwrap();
+    assert_eq!(sectors[0].offset, 4096 * 512);
+    assert_eq!(sectors[0].len, 4096);
+    let blocks = read_all(&t, &with_format("oraclegeneral:block:4k")).unwrap();
+    assert_eq!(blocks[0].offset, 4096 * 4096);
+
+    t.extend(&oracle(104, 1, 1, 1)[..23]);
+    let err = read_all(&t, &with_format("oracleGeneral")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "t: record 4 (byte 72): truncated: the last record has 23 of its 24 bytes"
+    );
+    let t = oracle(1, u64::MAX, 512, -1);
+    let err = read_all(&t, &with_format("oracleGeneral:sector")).unwrap_err();
+    assert!(
+        err.to_string().starts_with("t: record 1 (byte 0): obj_id"),
+        "{err}"
+    );
+    // Without a format name: not mistaken for anything.
+    let t = oracle(1, 1, 512, -1);
+    assert!(read_all(&t, &TraceOptions::default()).is_err());
+}
+
+const SPC: &str = "0,20941264,8192,W,0.551706
+1,20939840,4096,r,0.554041
+0,8,512,R,1.5,extra,fields
+";
+
+#[test]
+fn spc_sectors_bytes_seconds_and_one_volume_per_asu() {
+    let r = read_all(SPC.as_bytes(), &TraceOptions::default()).unwrap();
+    assert_eq!(
+        r,
+        vec![
+            req(0, 20941264 * 512, 8192, Access::Write),
+            req(
+                2_335_000,
+                (1 << VOLUME_SHIFT) | (20939840 * 512),
+                4096,
+                Access::Read
+            ),
+            req(948_294_000, 8 * 512, 512, Access::Read),
+        ]
+    );
+    let only = read_all(
+        SPC.as_bytes(),
+        &TraceOptions {
+            format: Some(TraceFormat::Spc),
+            volumes: VolumeMode::Only("1".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(only, vec![req(0, 20939840 * 512, 4096, Access::Read)]);
+
+    for (bad, msg) in [
+        (
+            "0,1,512,R,0.1\n0,1,512,X,0.2\n",
+            "t:2: Opcode 'X' is neither r nor w",
+        ),
+        ("0,1,512,R\n", "t:1: expected 5 comma-separated fields"),
+        ("0,1,512,R,-1\n", "t:1: Timestamp '-1'"),
+        ("0,x,512,R,1\n", "t:1: LBA 'x'"),
+        ("a,1,512,R,1\n", "t:1: ASU 'a'"),
+    ] {
+        let err = read_all(bad.as_bytes(), &with_format("spc")).unwrap_err();
+        assert!(err.to_string().starts_with(msg), "{bad:?}: {err}");
+    }
+}
+
+#[test]
+fn csv_offset_and_length_units_apart() {
+    let m: CsvMapping = "offset=1,len=2,offset_unit=512,len_unit=1".parse().unwrap();
+    assert_eq!((m.offset_unit, m.len_unit), (512, 1));
+    assert_eq!(m.to_string().parse::<CsvMapping>().unwrap(), m);
+    assert!(
+        m.to_string().contains("offset_unit=sector,len_unit=byte"),
+        "{m}"
+    );
+    let opts = TraceOptions {
+        format: Some(TraceFormat::Csv(m)),
+        ..Default::default()
+    };
+    let r = read_all(b"x,8,4096\n", &opts).unwrap();
+    assert_eq!(r, vec![req(0, 4096, 4096, Access::Read)]);
+    // The old spellings, and later keys overriding earlier ones.
+    for (text, o, l) in [
+        ("offset=0,len=1,unit=sector", 512, 512),
+        ("offset=0,len=1,unit=512", 512, 512),
+        ("offset=0,len=1,unit=block:4096", 4096, 4096),
+        ("offset=0,len=1,unit=sector,len_unit=byte", 512, 1),
+        ("offset=0,len=1,len_unit=4k", 1, 4096),
+        ("offset=0,len=1,offset_unit=block:8k", 8192, 1),
+    ] {
+        let m: CsvMapping = text.parse().unwrap();
+        assert_eq!((m.offset_unit, m.len_unit), (o, l), "{text}");
+        assert_eq!(m.to_string().parse::<CsvMapping>().unwrap(), m, "{text}");
+    }
+    for bad in [
+        "offset=0,len=1,offset_unit=0",
+        "offset=0,len=1,len_unit=parsec",
+    ] {
+        assert!(bad.parse::<CsvMapping>().is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn format_names_round_trip() {
+    for name in [
+        "fio",
+        "blkparse",
+        "msr",
+        "tencent",
+        "alibaba",
+        "spc",
+        "vscsi",
+        "oracleGeneral",
+        "oracleGeneral:sector",
+        "oracleGeneral:block:4096",
+        "csv:offset=1,len=2,offset_unit=sector,len_unit=byte",
+    ] {
+        let f: TraceFormat = name.parse().unwrap();
+        assert_eq!(f.to_string().parse::<TraceFormat>().unwrap(), f, "{name}");
+    }
+    assert_eq!(
+        "ORACLEGENERAL:512".parse::<TraceFormat>().unwrap(),
+        TraceFormat::OracleGeneral(512)
+    );
+    assert!("oracleGeneral:furlong".parse::<TraceFormat>().is_err());
+    assert!("oracleGeneral:0".parse::<TraceFormat>().is_err());
+    assert_eq!(
+        detect_format("0,20941264,8192,W,0.551706\n1,20939840,4096,r,0.554041\n"),
+        Some(TraceFormat::Spc)
+    );
+}
+
+/// Random bytes as binary traces: errors, never a panic.
+#[test]
+fn binary_garbage_never_panics() {
+    let mut rng = crate::rng::Rng::new(78);
+    for round in 0..500 {
+        let len = rng.below(200) as usize;
+        let mut data: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        if round % 2 == 0 && data.len() > 16 {
+            data[14] = 0; // a VSCSI1 version field
+            data[15] = 1;
+        }
+        for f in ["vscsi", "oracleGeneral", "oracleGeneral:sector"] {
+            let _ = read_all(&data, &with_format(f));
+        }
+        let _ = read_all(&data, &TraceOptions::default());
     }
 }
