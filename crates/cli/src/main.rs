@@ -84,7 +84,7 @@ struct CreateArgs {
     /// Cache block size, 4k to 1M.
     #[arg(long, default_value = "64k", value_parser = parse_size_arg)]
     block_size: u64,
-    /// Replacement policy: smq, lru, s3fifo, arc.
+    /// Replacement policy: smq, lru, s3fifo, arc, fifo, sieve.
     #[arg(long, default_value = "smq")]
     policy: ReplacementKind,
     /// Admission policy: hotspot, always, nhit.
@@ -171,7 +171,7 @@ struct ServeArgs {
     /// Cache block size, 4k to 1M (default 64k).
     #[arg(long, value_parser = parse_size_arg)]
     block_size: Option<u64>,
-    /// Replacement policy: smq (default), lru, s3fifo, arc.
+    /// Replacement policy: smq (default), lru, s3fifo, arc, fifo, sieve.
     #[arg(long)]
     policy: Option<ReplacementKind>,
     /// Admission policy: hotspot (default), always, nhit.

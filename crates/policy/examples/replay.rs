@@ -12,7 +12,7 @@ use tiercache_types::{Access, OriginBlock, ReplacementKind, Time};
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 3 {
-        eprintln!("usage: replay smq|lru|s3fifo|arc CAPACITY < trace");
+        eprintln!("usage: replay smq|lru|s3fifo|arc|fifo|sieve CAPACITY < trace");
         std::process::exit(2);
     }
     let kind: ReplacementKind = args[1].parse().unwrap_or_else(|e| {

@@ -1,11 +1,12 @@
 //! A cache full of stale blocks must warm as fast as an empty one.
 //!
-//! For the default stack (smq + hotspot) and for lru, s3fifo and arc with
-//! `always`: a Zipf(1.2) stream of 4 KiB reads over a data set of twice the
-//! cache's size (the hot set fits: the 8192 most popular blocks get 97.8%
-//! of the reads), through the [`Director`] (read-only, sequential cutoff 0),
-//! from (a) an empty cache and (b) a cache first filled with stale blocks,
-//! each read three times (hot in the previous workload) and never again.
+//! For the default stack (smq + hotspot) and for lru, s3fifo, arc, fifo and
+//! sieve with `always`: a Zipf(1.2) stream of 4 KiB reads over a data set of
+//! twice the cache's size (the hot set fits: the 8192 most popular blocks
+//! get 97.8% of the reads), through the [`Director`] (read-only, sequential
+//! cutoff 0), from (a) an empty cache and (b) a cache first filled with
+//! stale blocks, each read three times (hot in the previous workload) and
+//! never again.
 //! A *pass* is as many reads as the data set has blocks; the hit ratio is
 //! measured per pass. Even an infinite cache needs 5 passes to reach 95%
 //! here: Zipf(1.2)'s long tail keeps producing first-time misses.

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compares miss counts of tiercache's S3-FIFO and ARC with libCacheSim's.
+"""Compares miss counts of tiercache's S3-FIFO, ARC, FIFO and SIEVE with
+libCacheSim's.
 
 Needs `pip install libcachesim` (0.3.x) and the replay example:
     cargo build --release -p tiercache-policy --example replay
@@ -39,7 +40,7 @@ def traces():
 
 
 def lcs_misses(name, size, trace):
-    cache = {"s3fifo": lcs.S3FIFO, "arc": lcs.ARC}[name](size)
+    cache = {"s3fifo": lcs.S3FIFO, "arc": lcs.ARC, "fifo": lcs.FIFO, "sieve": lcs.Sieve}[name](size)
     misses = 0
     req = lcs.Request()
     req.obj_size = 1
@@ -66,7 +67,7 @@ def main():
             path = os.path.join(d, tname)
             with open(path, "w") as f:
                 f.write("\n".join(map(str, trace)) + "\n")
-            for name in ("s3fifo", "arc"):
+            for name in ("s3fifo", "arc", "fifo", "sieve"):
                 for size in (20, 64, 100, 500, 1000, 2500):
                     a = lcs_misses(name, size, trace)
                     b = ours(replay, name, size, path)

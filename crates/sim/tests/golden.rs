@@ -7,9 +7,9 @@
 //! 4096), writethrough, sequential bypass off, `always` admission, so that
 //! each policy sees exactly libCacheSim's unit-size get() stream.
 //!
-//! - LRU (through the Director) and Belady (our OPT, demand variant, which
-//!   is libCacheSim's `Belady`) must match exactly; so must the exact LRU
-//!   miss-ratio curve.
+//! - LRU, FIFO and SIEVE (through the Director) and Belady (our OPT, demand
+//!   variant, which is libCacheSim's `Belady`) must match exactly; so must
+//!   the exact LRU miss-ratio curve.
 //! - ARC and S3-FIFO are the policy crate's (written in parallel with this
 //!   test). When this test was written they matched libCacheSim exactly on
 //!   every stream and size except S3-FIFO with 10 blocks, where
@@ -75,6 +75,8 @@ fn miss_counts_match_libcachesim() {
                 policy(ReplacementKind::Lru),
                 policy(ReplacementKind::Arc),
                 policy(ReplacementKind::S3Fifo),
+                policy(ReplacementKind::Fifo),
+                policy(ReplacementKind::Sieve),
             ],
             opt: Some(OptVariant::Demand),
             mrc: Some(MrcSpec::default()),
@@ -100,13 +102,18 @@ fn miss_counts_match_libcachesim() {
                 assert!(c.error.is_none(), "{:?}", c.error);
                 c.counters.read_misses
             };
-            // Strict: LRU, Belady, the exact MRC.
-            let lru = ours(ReplacementKind::Lru);
-            if lru != want("lru") {
-                failures.push(format!(
-                    "{name} size {size}: LRU {lru} != libCacheSim {}",
-                    want("lru")
-                ));
+            // Strict: LRU, FIFO, SIEVE, Belady, the exact MRC.
+            for (label, kind) in [
+                ("lru", ReplacementKind::Lru),
+                ("fifo", ReplacementKind::Fifo),
+                ("sieve", ReplacementKind::Sieve),
+            ] {
+                let (a, b) = (ours(kind), want(label));
+                if a != b {
+                    failures.push(format!(
+                        "{name} size {size}: {label} {a} != libCacheSim {b}"
+                    ));
+                }
             }
             let opt = rep
                 .opt

@@ -222,6 +222,10 @@ named_enum!(
     S3Fifo = "s3fifo",
     /// Adaptive replacement cache (Megiddo and Modha, FAST 2003).
     Arc = "arc",
+    /// First in, first out (hits change nothing).
+    Fifo = "fifo",
+    /// SIEVE (Zhang et al., NSDI 2024): FIFO with a visited bit and a hand.
+    Sieve = "sieve",
 });
 
 named_enum!(

@@ -99,7 +99,8 @@ impl Stack {
     }
 }
 
-/// The default stack (smq + hotspot) and lru/s3fifo/arc with `always`.
+/// The default stack (smq + hotspot) and lru/s3fifo/arc/fifo/sieve with
+/// `always`.
 pub fn stacks() -> Vec<Stack> {
     if std::env::var("ALL_STACKS").is_ok() {
         let mut v = Vec::new();
@@ -122,6 +123,8 @@ pub fn stacks() -> Vec<Stack> {
         s(ReplacementKind::Lru, AdmissionKind::Always),
         s(ReplacementKind::S3Fifo, AdmissionKind::Always),
         s(ReplacementKind::Arc, AdmissionKind::Always),
+        s(ReplacementKind::Fifo, AdmissionKind::Always),
+        s(ReplacementKind::Sieve, AdmissionKind::Always),
     ]
 }
 

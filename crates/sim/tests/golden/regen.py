@@ -7,8 +7,9 @@
 '#' comment header) from seeded generators; without it the committed
 streams are kept and only expected.json is recomputed.
 
-expected.json: for each stream, policy (lru, arc, s3fifo, belady) and cache
-size (in blocks, unit-size objects), libCacheSim's miss count. Requests are
+expected.json: for each stream, policy (lru, arc, s3fifo, fifo, sieve,
+belady) and cache size (in blocks, unit-size objects), libCacheSim's miss
+count. Requests are
 fed one at a time through `cache.get()` with obj_size 1 and clock_time = the
 request index; Belady gets next_access_vtime (INT64_MAX when never used
 again), as libCacheSim's oracle traces carry it.
@@ -22,7 +23,7 @@ import libcachesim as lcs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = [10, 32, 100, 256, 512, 1000, 2000]
-POLICIES = ["lru", "arc", "s3fifo", "belady"]
+POLICIES = ["lru", "arc", "s3fifo", "fifo", "sieve", "belady"]
 N = 20000
 INT64_MAX = 2**63 - 1
 
@@ -67,6 +68,8 @@ def misses(policy, size, ids, nxt):
         "lru": lcs.LRU,
         "arc": lcs.ARC,
         "s3fifo": lcs.S3FIFO,
+        "fifo": lcs.FIFO,
+        "sieve": lcs.Sieve,
         "belady": lcs.Belady,
     }[policy](size)
     req = lcs.Request()
