@@ -92,7 +92,7 @@ pub struct BenchArgs {
     pub full: bool,
     /// tiercache replacement policies to run, each optionally with an
     /// admission policy: `smq`, `lru`, `s3fifo+always`, ...
-    #[arg(long, value_delimiter = ',', default_value = "smq")]
+    #[arg(long, value_delimiter = ',', default_value = "adaptive+always")]
     pub policies: Vec<String>,
     /// tiercache cache modes to run (writethrough, writeback, writearound).
     #[arg(long, value_delimiter = ',', default_value = "writethrough")]

@@ -84,11 +84,11 @@ struct CreateArgs {
     /// Cache block size, 4k to 1M.
     #[arg(long, default_value = "64k", value_parser = parse_size_arg)]
     block_size: u64,
-    /// Replacement policy: smq, lru, s3fifo, arc, fifo, sieve.
-    #[arg(long, default_value = "smq")]
+    /// Replacement policy: adaptive, smq, lru, s3fifo, arc, fifo, sieve.
+    #[arg(long, default_value = "adaptive")]
     policy: ReplacementKind,
-    /// Admission policy: hotspot, always, nhit.
-    #[arg(long, default_value = "hotspot")]
+    /// Admission policy: always, hotspot, nhit.
+    #[arg(long, default_value = "always")]
     admission: AdmissionKind,
     /// Metadata journal size (default: twice the mapping, at least 1M).
     #[arg(long, value_parser = parse_size_arg)]
@@ -171,10 +171,10 @@ struct ServeArgs {
     /// Cache block size, 4k to 1M (default 64k).
     #[arg(long, value_parser = parse_size_arg)]
     block_size: Option<u64>,
-    /// Replacement policy: smq (default), lru, s3fifo, arc, fifo, sieve.
+    /// Replacement policy: adaptive (default), smq, lru, s3fifo, arc, fifo, sieve.
     #[arg(long)]
     policy: Option<ReplacementKind>,
-    /// Admission policy: hotspot (default), always, nhit.
+    /// Admission policy: always (default), hotspot, nhit.
     #[arg(long)]
     admission: Option<AdmissionKind>,
     /// Sequential streams longer than this bypass the cache (default 4M; 0 disables).
@@ -363,11 +363,14 @@ impl ServeArgs {
             mode: self.mode.or(file.mode).unwrap_or_default(),
             block_size: block_size as u32,
             policy: PolicyConfig {
-                replacement: self.policy.or(file.policy).unwrap_or(ReplacementKind::Smq),
+                replacement: self
+                    .policy
+                    .or(file.policy)
+                    .unwrap_or(PolicyConfig::default().replacement),
                 admission: self
                     .admission
                     .or(file.admission)
-                    .unwrap_or(AdmissionKind::Hotspot),
+                    .unwrap_or(PolicyConfig::default().admission),
                 ..PolicyConfig::default()
             },
             sequential_cutoff: size(self.sequential_cutoff, file.sequential_cutoff, 4 << 20)?,

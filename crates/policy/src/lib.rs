@@ -19,6 +19,7 @@
 //! touches a device, so the live engine and the simulator run exactly this
 //! code and get exactly the same decisions for the same request stream.
 
+pub mod adaptive;
 pub mod admission;
 pub mod arc;
 pub mod director;
@@ -30,6 +31,7 @@ pub mod sieve;
 pub mod slots;
 pub mod smq;
 
+pub use adaptive::Adaptive;
 pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};
 pub use arc::Arc;
 pub use director::{BlockPlan, Counters, Director, DirectorConfig, IoPlan};
@@ -156,8 +158,8 @@ pub struct PolicyConfig {
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
-            replacement: ReplacementKind::Smq,
-            admission: AdmissionKind::Hotspot,
+            replacement: ReplacementKind::Adaptive,
+            admission: AdmissionKind::Always,
             nhit_threshold: 3,
             nhit_free_occupancy: 0.8,
         }
@@ -183,6 +185,7 @@ impl PolicyConfig {
             ReplacementKind::Arc => Box::new(Arc::new(capacity)),
             ReplacementKind::Fifo => Box::new(Fifo::new(capacity)),
             ReplacementKind::Sieve => Box::new(Sieve::new(capacity)),
+            ReplacementKind::Adaptive => Box::new(Adaptive::new(capacity)),
         })
     }
 

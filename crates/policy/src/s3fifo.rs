@@ -81,16 +81,31 @@ pub struct S3Fifo {
 
 impl S3Fifo {
     pub fn new(capacity: u32) -> Self {
-        let small_size = ((capacity as f64 * SMALL_RATIO) as u32).max(1);
+        S3Fifo::with_small_ratio(capacity, SMALL_RATIO)
+    }
+
+    /// S3-FIFO whose small FIFO takes `ratio` (0..1) of the cache.
+    pub fn with_small_ratio(capacity: u32, ratio: f64) -> Self {
         let ghost_size = (capacity as f64 * GHOST_RATIO) as u32;
-        S3Fifo {
+        let mut p = S3Fifo {
             slots: SlotTable::new(capacity, 3),
             freq: vec![0; (capacity as usize).div_ceil(32)],
             ghost: SlotTable::new(ghost_size, 1),
-            small_size,
-            main_size: capacity - small_size.min(capacity),
+            small_size: 0,
+            main_size: 0,
             has_evicted: false,
-        }
+        };
+        p.set_small_ratio(ratio);
+        p
+    }
+
+    /// Gives the small FIFO `ratio` (0..1) of the cache from now on. Nothing
+    /// moves at once: evictions come from whichever FIFO is over its share
+    /// until both fit (the knob [`crate::Adaptive`] turns).
+    pub fn set_small_ratio(&mut self, ratio: f64) {
+        let capacity = self.slots.capacity();
+        self.small_size = ((capacity as f64 * ratio.clamp(0.0, 1.0)) as u32).max(1);
+        self.main_size = capacity - self.small_size.min(capacity);
     }
 
     fn freq(&self, c: CacheBlock) -> u8 {

@@ -133,7 +133,12 @@ pub fn default_policies() -> Vec<PolicyConfig> {
             ..PolicyConfig::default()
         });
     }
-    v.dedup();
+    let mut seen = Vec::new();
+    v.retain(|p| {
+        let new = !seen.contains(p);
+        seen.push(p.clone());
+        new
+    });
     v
 }
 

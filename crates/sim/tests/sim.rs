@@ -268,7 +268,7 @@ fn outputs_table_json_png_and_progress() {
     assert!(
         table.contains("OPT (bypass)")
             && table.contains("LRU (MRC)")
-            && table.contains("smq+hotspot"),
+            && table.contains("adaptive+always"),
         "{table}"
     );
     assert!(table.contains("SHARDS rate 0.1"), "{table}");
@@ -376,7 +376,10 @@ fn policies_parse() {
         (ReplacementKind::S3Fifo, AdmissionKind::NHit)
     );
     assert!(parse_policy("mru").is_err());
-    assert_eq!(policy_label(&PolicyConfig::default()), "smq+hotspot");
+    assert_eq!(policy_label(&PolicyConfig::default()), "adaptive+always");
+    let all = default_policies();
+    assert_eq!(all[0], PolicyConfig::default());
+    assert_eq!(all.len(), ReplacementKind::ALL.len(), "each stack once: {all:?}");
 }
 
 #[test]

@@ -226,6 +226,9 @@ named_enum!(
     Fifo = "fifo",
     /// SIEVE (Zhang et al., NSDI 2024): FIFO with a visited bit and a hand.
     Sieve = "sieve",
+    /// S3-FIFO whose small-FIFO share miniature simulations of the live
+    /// request stream choose (crates/policy/src/adaptive.rs).
+    Adaptive = "adaptive",
 });
 
 named_enum!(

@@ -99,8 +99,8 @@ impl Stack {
     }
 }
 
-/// The default stack (smq + hotspot) and lru/s3fifo/arc/fifo/sieve with
-/// `always`.
+/// The default stack (adaptive + always), smq + hotspot, and
+/// lru/s3fifo/arc/fifo/sieve with `always`.
 pub fn stacks() -> Vec<Stack> {
     if std::env::var("ALL_STACKS").is_ok() {
         let mut v = Vec::new();
@@ -119,6 +119,7 @@ pub fn stacks() -> Vec<Stack> {
         admission,
     };
     vec![
+        s(ReplacementKind::Adaptive, AdmissionKind::Always),
         s(ReplacementKind::Smq, AdmissionKind::Hotspot),
         s(ReplacementKind::Lru, AdmissionKind::Always),
         s(ReplacementKind::S3Fifo, AdmissionKind::Always),
