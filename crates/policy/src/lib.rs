@@ -7,11 +7,12 @@
 //! - [`SequentialDetector`]: whether an IO belongs to a sequential stream
 //!   that should bypass the cache.
 //!
-//! Replacement policies: [`Smq`] (the default), [`Lru`], [`S3Fifo`], [`Arc`],
+//! Replacement policies: [`Adaptive`] (the default: S3-FIFO whose small
+//! FIFO's share miniature simulations choose), [`Smq`], [`Lru`], [`S3Fifo`], [`Arc`],
 //! [`Fifo`], [`Sieve`] (the last four match libCacheSim's miss counts
 //! exactly on read-only traces: `tools/compare_libcachesim.py`). Admission:
-//! [`AlwaysAdmit`], [`NHitAdmit`] (Open CAS), [`HotspotAdmit`] (the default,
-//! after smq's hotspot queue). RAM per cache block at 1M blocks: smq +
+//! [`AlwaysAdmit`] (the default), [`NHitAdmit`] (Open CAS), [`HotspotAdmit`]
+//! (after smq's hotspot queue). RAM per cache block at 1M blocks: smq +
 //! hotspot 22.8 B, lru 22.5 B, fifo 22.5 B, sieve 22.6 B, s3fifo 42.9 B,
 //! arc 44.9 B (`cargo bench -p tiercache-policy`).
 //!
