@@ -113,7 +113,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         cache.describe(),
         engine.capacity(),
         engine.block_size(),
-        s.mode,
+        engine.mode(),
         engine.stats().policy
     );
     let cleaner = Cleaner::spawn(

@@ -505,3 +505,57 @@ fn one_file_given_as_backing_and_cache_is_refused_before_anything_is_written() {
     let data = std::fs::read(&img).unwrap();
     assert!(data.iter().all(|&b| b == 0), "the file was written");
 }
+
+#[test]
+fn killed_again_and_again_while_recovering_the_next_start_recovers_everything() {
+    let t = "killed_again_and_again_while_recovering_the_next_start_recovers_everything";
+    if !have("nbdsh", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_, _, b, c) = sparse_devices(d, 64, 32);
+    let args = ["--create", "--mode", "writeback", "--block-size", "4k"];
+    let mut s = Served::spawn(d, &b, &c, &args);
+    // 1500 dirty blocks, and 1500 clean cached ones (reads of untouched
+    // blocks promote them).
+    assert_verified(
+        &s,
+        &format!(
+            "{PY_BLOCK}
+for k in range(1500):\n
+    h.pwrite(blk(k, 4), k * 4096)\n
+h.flush()\n
+for k in range(2000, 3500):\n
+    h.pread(4096, k * 4096)\n
+print('verified')\n"
+        ),
+        "writes",
+    );
+    s.kill();
+    s.args = vec![];
+    // Killed at moments through opening and recovery, and once serving.
+    for ms in [0, 3, 8, 15, 25, 40, 70, 120, 250] {
+        s.start_and_kill_after(Duration::from_millis(ms));
+    }
+    s.restart();
+    // The mode is the cache's own (the log once printed the default).
+    let log = s.log();
+    assert!(log.contains("after an unclean shutdown"), "{log}");
+    assert!(log.contains("mode writeback"), "{log}");
+    assert_verified(
+        &s,
+        &format!(
+            "{PY_BLOCK}
+for k in range(1500):\n
+    assert h.pread(4096, k * 4096) == blk(k, 4), k\n
+for k in range(2000, 3500):\n
+    assert h.pread(4096, k * 4096) == bytes(4096), k\n
+print('verified')\n"
+        ),
+        "read back",
+    );
+    s.stop();
+    let (ok, report) = check_cache(&c);
+    assert!(ok, "{report}");
+}

@@ -182,6 +182,22 @@ impl Served {
         }
     }
 
+    /// Starts the server and kills it (SIGKILL) `after` its start, wherever
+    /// it is then (opening the cache, recovering, serving).
+    pub fn start_and_kill_after(&mut self, after: Duration) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::File::create(self.dir.join("serve-killed.log")).unwrap();
+        let mut child = self
+            .command()
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(after);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Runs the server expecting it to refuse to start; returns its output.
     pub fn expect_refusal(&self) -> String {
         let out = output(&mut self.command());
