@@ -246,7 +246,7 @@ impl Engine {
             block_size: bs,
             data_offset: config.cache_data_offset,
             director: Mutex::new(director),
-            policy_name: format!("{}+{}", config.policy.replacement, config.policy.admission),
+            policy_name: config.policy.to_string(),
             locks: StripeLocks::new(),
             slots: SlotStates::new(capacity),
             claims: claims::Claims::new(capacity),

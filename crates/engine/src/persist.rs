@@ -76,19 +76,6 @@ pub struct OpenOptions {
     pub cache_error_limit: Option<u64>,
 }
 
-fn policy_label(p: &PolicyConfig) -> String {
-    format!("{}+{}", p.replacement, p.admission)
-}
-
-fn parse_policy_label(s: &str) -> Option<PolicyConfig> {
-    let (r, a) = s.split_once('+')?;
-    Some(PolicyConfig {
-        replacement: r.parse().ok()?,
-        admission: a.parse().ok()?,
-        ..PolicyConfig::default()
-    })
-}
-
 impl Engine {
     /// Formats `cache` for `backing` (the backing device is only read, for
     /// its identity) and returns an engine with an empty, persistent cache.
@@ -107,7 +94,7 @@ impl Engine {
             &FormatParams {
                 block_size: config.block_size,
                 mode: config.mode,
-                policy: policy_label(&config.policy),
+                policy: config.policy.to_string(),
                 journal_bytes,
                 backing: identity,
             },
@@ -140,13 +127,14 @@ impl Engine {
         let expected = identity(&*backing, backing_path)?;
         let (mut store, rec) = MetadataStore::open(cache.clone(), &expected)?;
         let sb = rec.superblock.clone();
-        let saved_policy = parse_policy_label(&sb.policy);
+        let saved_policy = sb.policy.parse::<PolicyConfig>().ok();
         let policy = options
             .policy
             .clone()
             .or_else(|| saved_policy.clone())
             .unwrap_or_default();
-        let hints_valid = saved_policy.as_ref().map(policy_label) == Some(policy_label(&policy));
+        let hints_valid =
+            saved_policy.as_ref().map(ToString::to_string) == Some(policy.to_string());
         let defaults = EngineConfig::default();
         let mode = options.mode.unwrap_or(sb.mode);
         let cfg = EngineConfig {
@@ -264,7 +252,7 @@ impl Engine {
             store.set_mode(mode)?;
         }
         if options.policy.is_some() && !hints_valid {
-            store.set_policy(&policy_label(&policy))?;
+            store.set_policy(&policy.to_string())?;
         }
         engine.persist = Some(Persistence {
             store: Mutex::new(Some(store)),

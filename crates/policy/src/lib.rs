@@ -167,6 +167,34 @@ impl Default for PolicyConfig {
     }
 }
 
+/// The policy's label, `replacement+admission` (e.g. `adaptive+always`):
+/// shown in stats, written to the cache's superblock, and read back by
+/// [`PolicyConfig::from_str`], the one parser of labels.
+impl std::fmt::Display for PolicyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}+{}", self.replacement, self.admission)
+    }
+}
+
+/// Parses `REPLACEMENT[+ADMISSION]` (admission `always` when left out) or
+/// `default` (the default stack), case-insensitively; the other fields are
+/// the defaults'.
+impl std::str::FromStr for PolicyConfig {
+    type Err = tiercache_types::ParseNameError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("default") {
+            return Ok(PolicyConfig::default());
+        }
+        let (r, a) = t.split_once('+').unwrap_or((t, "always"));
+        Ok(PolicyConfig {
+            replacement: r.parse()?,
+            admission: a.parse()?,
+            ..PolicyConfig::default()
+        })
+    }
+}
+
 /// A policy that cannot be built from its configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -219,5 +247,36 @@ impl PolicyConfig {
             }
             AdmissionKind::Hotspot => Box::new(HotspotAdmit::new(capacity, block_size)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stack_label_parses_back() {
+        for &replacement in ReplacementKind::ALL {
+            for &admission in AdmissionKind::ALL {
+                let p = PolicyConfig {
+                    replacement,
+                    admission,
+                    ..PolicyConfig::default()
+                };
+                assert_eq!(p.to_string().parse::<PolicyConfig>().unwrap(), p);
+            }
+        }
+        assert_eq!(
+            "default".parse::<PolicyConfig>().unwrap(),
+            PolicyConfig::default()
+        );
+        assert_eq!(PolicyConfig::default().to_string(), "adaptive+always");
+        let lru: PolicyConfig = " LRU ".parse().unwrap();
+        assert_eq!(
+            (lru.replacement, lru.admission),
+            (ReplacementKind::Lru, AdmissionKind::Always)
+        );
+        assert!("lru+maybe".parse::<PolicyConfig>().is_err());
+        assert!("mru".parse::<PolicyConfig>().is_err());
     }
 }

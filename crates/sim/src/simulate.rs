@@ -144,23 +144,14 @@ pub fn default_policies() -> Vec<PolicyConfig> {
 
 /// `replacement+admission`, e.g. `smq+hotspot`, `lru+always`.
 pub fn policy_label(p: &PolicyConfig) -> String {
-    format!("{}+{}", p.replacement, p.admission)
+    p.to_string()
 }
 
 /// Parses `REPLACEMENT[+ADMISSION]` (admission defaults to `always`) or
 /// `default` (the project's default stack).
 pub fn parse_policy(s: &str) -> Result<PolicyConfig> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("default") {
-        return Ok(PolicyConfig::default());
-    }
-    let (r, a) = t.split_once('+').unwrap_or((t, "always"));
-    let bad = |e: tiercache_types::ParseNameError| Error::Config(format!("policy '{s}': {e}"));
-    Ok(PolicyConfig {
-        replacement: r.parse().map_err(bad)?,
-        admission: a.parse().map_err(bad)?,
-        ..PolicyConfig::default()
-    })
+    s.parse()
+        .map_err(|e| Error::Config(format!("policy '{s}': {e}")))
 }
 
 /// Parses cache sizes as given on a command line: comma-separated sizes
