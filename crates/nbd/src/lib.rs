@@ -1,9 +1,13 @@
 //! tiercache-nbd: a Network Block Device server library.
 //!
-//! Serves anything implementing [`Export`] over the NBD protocol (fixed
-//! newstyle handshake only) on a Unix or TCP socket. Independent of the cache
-//! engine: the engine implements [`Export`], the CLI binds a [`Listener`] and
-//! runs a [`Server`].
+//! Serves anything implementing [`Export`] (the front-end contract of
+//! `tiercache-frontend`, shared with the ublk front end) over the NBD
+//! protocol (fixed newstyle handshake only) on a Unix or TCP socket.
+//! Independent of the cache engine: the CLI adapts the engine to
+//! [`Export`], binds a [`Listener`] and runs a [`Server`]. Every request's
+//! range is checked by `tiercache_frontend::check_request` and every export
+//! error mapped by `tiercache_frontend::errno` (then narrowed to the wire's
+//! values, [`nbd_errno`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -29,15 +33,16 @@
 //! (fuzzed by `crates/nbd/fuzz`), the negotiation in [`handshake`] is generic
 //! over `Read`/`Write`.
 
-pub mod export;
 pub mod handshake;
 pub mod proto;
 mod server;
 pub mod tls;
+mod wire;
 
-pub use export::{
-    nbd_errno, transmission_flags, BlockSizes, DirectRead, Export, MemExport, DEFAULT_MAX_BLOCK,
-};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
 pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle, TlsMode};
+/// The front-end contract, from `tiercache-frontend` (re-exported so that
+/// users of this crate alone need no second import).
+pub use tiercache_frontend::{BlockSizes, Export, MemExport, DEFAULT_MAX_BLOCK};
 pub use tls::TlsConfig;
+pub use wire::{nbd_errno, transmission_flags};

@@ -9,13 +9,13 @@
 //! connection is bounded by `max_inflight_bytes` (plus one maximum-size
 //! request) and the reader stops reading while the bound is reached.
 
-use crate::export::{nbd_errno, Export};
 use crate::handshake::{
     negotiate, negotiate_options, ExportEntry, HandshakeEnd, HandshakeError, HandshakeParams,
     TlsPhase,
 };
 use crate::proto::{self, Command, TransmissionContext, Verdict};
 use crate::tls::{TlsConfig, TlsStream};
+use crate::wire::nbd_errno;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs;
@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+use tiercache_frontend::Export;
 
 /// Tunables of a [`Server`]. `Default` gives sensible values.
 #[derive(Debug, Clone)]
@@ -98,7 +99,7 @@ impl Default for ServerConfig {
             workers: 8,
             max_inflight: 64,
             max_inflight_bytes: 64 << 20,
-            max_block: crate::export::DEFAULT_MAX_BLOCK,
+            max_block: tiercache_frontend::DEFAULT_MAX_BLOCK,
             handshake_timeout: Some(Duration::from_secs(30)),
             max_options: 256,
             shutdown_grace: Duration::from_secs(30),
@@ -503,7 +504,7 @@ impl RunningServer {
 
 impl Server {
     /// Creates a server for `exports` (at least one; names must be unique;
-    /// block size constraints must satisfy [`crate::BlockSizes::validate`]).
+    /// block size constraints must satisfy [`tiercache_frontend::BlockSizes::validate`]).
     pub fn new(exports: Vec<ExportEntry>, config: ServerConfig) -> io::Result<Server> {
         let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
         if exports.is_empty() {
@@ -1175,10 +1176,14 @@ impl Conn<'_> {
                         // worker and back; the rest go to the workers.
                         let mut buf = self.acquire(bytes);
                         buf.resize(len as usize, 0);
-                        let quick = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            self.export.read_if_quick(offset, &mut buf)
-                        }))
-                        .unwrap_or_else(|_| Some(Err(io::Error::other("export panicked"))));
+                        let quick = if cmd.is_empty() {
+                            Some(Ok(())) // asks nothing of the export
+                        } else {
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                self.export.read_if_quick(offset, &mut buf)
+                            }))
+                            .unwrap_or_else(|_| Some(Err(io::Error::other("export panicked"))))
+                        };
                         if let Some(res) = quick {
                             // Answered: no worker to wake.
                             self.complete(handle, cmd, res, buf, bytes);
@@ -1305,6 +1310,8 @@ impl Conn<'_> {
         // A panicking export must not take the connection down with it:
         // the request fails with EIO and the slot is released.
         let run = std::panic::AssertUnwindSafe(|| match cmd {
+            // Zero bytes: nothing to ask of the export.
+            _ if cmd.is_empty() => Ok(()),
             Command::Read { offset, len } => {
                 buf.resize(len as usize, 0);
                 ex.read(offset, &mut buf)
