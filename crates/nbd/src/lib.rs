@@ -32,15 +32,35 @@
 //! The wire parsing lives in [`proto`] as pure functions over byte slices
 //! (fuzzed by `crates/nbd/fuzz`), the negotiation in [`handshake`] is generic
 //! over `Read`/`Write`.
+//!
+//! The server, by file (each depends only on those listed before it):
+//! `config.rs` ([`ServerConfig`], [`TlsMode`]), `sockets.rs` (a
+//! connection's socket and its TLS stream), `wire.rs` ([`nbd_errno`],
+//! [`transmission_flags`]), `listener.rs` ([`Listener`]: binding and
+//! accepting), `slots.rs` (admission and the live connections),
+//! `shutdown.rs` ([`ShutdownHandle`] and the stop sequence),
+//! `transmission.rs` (a negotiated connection's reader, workers and
+//! replies), `connection.rs` (a connection from handshake to close) and
+//! `server.rs` ([`Server`], its accept loop, [`RunningServer`]).
 
+mod config;
+mod connection;
 pub mod handshake;
+mod listener;
 pub mod proto;
 mod server;
+mod shutdown;
+mod slots;
+mod sockets;
 pub mod tls;
+mod transmission;
 mod wire;
 
+pub use config::{ServerConfig, TlsMode};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
-pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle, TlsMode};
+pub use listener::Listener;
+pub use server::{RunningServer, Server};
+pub use shutdown::ShutdownHandle;
 /// The front-end contract, from `tiercache-frontend` (re-exported so that
 /// users of this crate alone need no second import).
 pub use tiercache_frontend::{BlockSizes, Export, MemExport, DEFAULT_MAX_BLOCK};
