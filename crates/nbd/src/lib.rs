@@ -36,7 +36,8 @@
 //! The server, by file (each depends only on those listed before it):
 //! `config.rs` ([`ServerConfig`], [`TlsMode`]), `sockets.rs` (a
 //! connection's socket and its TLS stream), `wire.rs` ([`nbd_errno`],
-//! [`transmission_flags`]), `listener.rs` ([`Listener`]: binding and
+//! [`transmission_flags`]), `wake.rs` (what wakes the accept loops on
+//! shutdown, without the file system), `listener.rs` ([`Listener`]: binding and
 //! accepting), `slots.rs` (admission and the live connections),
 //! `shutdown.rs` ([`ShutdownHandle`] and the stop sequence),
 //! `transmission.rs` (a negotiated connection's reader, workers and
@@ -54,6 +55,7 @@ mod slots;
 mod sockets;
 pub mod tls;
 mod transmission;
+mod wake;
 mod wire;
 
 pub use config::{ServerConfig, TlsMode};

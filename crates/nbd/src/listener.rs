@@ -2,9 +2,11 @@
 //! (Unix sockets bound safely, TCP).
 
 use crate::sockets::Socket;
+use crate::wake::Waker;
 use std::fs;
 use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -25,12 +27,6 @@ enum ListenerKind {
 /// removes its socket file when dropped (if the file is still its own).
 pub struct Listener {
     kind: ListenerKind,
-}
-
-/// Where to connect to wake an accept loop blocked on a listener.
-pub(crate) enum WakeTarget {
-    Unix(PathBuf),
-    Tcp(SocketAddr),
 }
 
 impl Listener {
@@ -149,29 +145,73 @@ impl Listener {
         match &self.kind {
             ListenerKind::Unix { listener, path, .. } => {
                 let (s, _) = listener.accept()?;
+                // Blocking, whatever the listener is (some systems pass
+                // O_NONBLOCK on to accepted sockets).
+                s.set_nonblocking(false)?;
                 Ok((Socket::Unix(s), format!("unix:{}", path.display())))
             }
             ListenerKind::Tcp(l) => {
                 let (s, a) = l.accept()?;
+                s.set_nonblocking(false)?;
                 let _ = s.set_nodelay(true);
                 Ok((Socket::Tcp(s), a.to_string()))
             }
         }
     }
 
-    /// Where to connect to wake a thread blocked in [`Listener::accept`].
-    pub(crate) fn wake_target(&self) -> Option<WakeTarget> {
+    /// Puts the listening socket in non-blocking mode, as
+    /// [`Listener::accept_or_wake`] needs.
+    pub(crate) fn set_nonblocking(&self) -> io::Result<()> {
         match &self.kind {
-            ListenerKind::Unix { path, .. } => Some(WakeTarget::Unix(path.clone())),
-            ListenerKind::Tcp(l) => {
-                let mut a = l.local_addr().ok()?;
-                if a.ip().is_unspecified() {
-                    a.set_ip(match a {
-                        SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                        SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-                    });
+            ListenerKind::Unix { listener, .. } => listener.set_nonblocking(true),
+            ListenerKind::Tcp(l) => l.set_nonblocking(true),
+        }
+    }
+
+    /// Waits for the next connection (see [`Listener::accept`]) or for
+    /// `waker`, whichever comes first: Ok(None) once `waker` was woken.
+    /// Polls the listening socket and the waker's descriptor, so a stop
+    /// needs neither the socket file (which may have been removed) nor a
+    /// connection to ourselves. The listener must be non-blocking
+    /// ([`Listener::set_nonblocking`]): a connection that goes away between
+    /// the poll and the accept then only means polling again.
+    pub(crate) fn accept_or_wake(&self, waker: &Waker) -> io::Result<Option<(Socket, String)>> {
+        let fd = match &self.kind {
+            ListenerKind::Unix { listener, .. } => listener.as_raw_fd(),
+            ListenerKind::Tcp(l) => l.as_raw_fd(),
+        };
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: waker.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: `fds` is a valid, writable array of `fds.len()`
+            // pollfd structs for the whole call, and both descriptors stay
+            // open (owned by `self` and `waker`, borrowed for the call).
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
                 }
-                Some(WakeTarget::Tcp(a))
+                return Err(e);
+            }
+            if fds[1].revents != 0 {
+                return Ok(None);
+            }
+            if fds[0].revents != 0 {
+                match self.accept() {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    r => return r.map(Some),
+                }
             }
         }
     }

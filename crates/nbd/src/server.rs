@@ -120,7 +120,7 @@ impl Server {
                 slots: Slots::new(config.max_connections),
                 exports,
                 config,
-                signal: Arc::new(StopSignal::new()),
+                signal: Arc::new(StopSignal::new()?),
                 next_id: AtomicU64::new(0),
             }),
         })
@@ -161,15 +161,17 @@ impl Server {
     /// flushes every export, and returns the first flush error.
     pub fn serve(&self, listener: Listener) -> io::Result<()> {
         let inner = &self.inner;
-        inner.signal.wake.lock().extend(listener.wake_target());
+        listener.set_nonblocking()?;
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         let mut accept_errors = 0u64;
         while !inner.signal.is_set() {
-            let (stream, peer) = match listener.accept() {
-                Ok(x) => {
+            let (stream, peer) = match listener.accept_or_wake(&inner.signal.waker) {
+                Ok(Some(x)) => {
                     accept_errors = 0;
                     x
                 }
+                // Woken: only a shutdown does that.
+                Ok(None) => break,
                 Err(e) => {
                     match e.kind() {
                         io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}

@@ -3,12 +3,10 @@
 //! ended (in-flight requests finish, connections close, exports flush).
 
 use crate::handshake::ExportEntry;
-use crate::listener::WakeTarget;
 use crate::slots::Slots;
-use parking_lot::Mutex;
+use crate::wake::Waker;
 use std::io;
-use std::net::{Shutdown, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -20,17 +18,17 @@ use std::time::{Duration, Instant};
 pub(crate) struct StopSignal {
     /// Set once by [`ShutdownHandle::shutdown`].
     pub(crate) stop: AtomicBool,
-    /// Where to connect to wake each running accept loop.
-    pub(crate) wake: Mutex<Vec<WakeTarget>>,
+    /// Wakes every accept loop (they poll it with their listener).
+    pub(crate) waker: Waker,
 }
 
 impl StopSignal {
     /// Not stopping.
-    pub(crate) fn new() -> StopSignal {
-        StopSignal {
+    pub(crate) fn new() -> io::Result<StopSignal> {
+        Ok(StopSignal {
             stop: AtomicBool::new(false),
-            wake: Mutex::new(Vec::new()),
-        }
+            waker: Waker::new()?,
+        })
     }
 
     /// Whether a stop was asked for.
@@ -54,13 +52,10 @@ impl ShutdownHandle {
         if self.signal.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        // Wake the accept loop by connecting to ourselves.
-        for w in self.signal.wake.lock().iter() {
-            match w {
-                WakeTarget::Unix(p) => drop(UnixStream::connect(p)),
-                WakeTarget::Tcp(a) => drop(TcpStream::connect_timeout(a, Duration::from_secs(1))),
-            }
-        }
+        // Wake the accept loops through their waker, not by connecting to
+        // ourselves: the socket file may be gone (a cleaned /tmp), a TCP
+        // connection may be filtered.
+        self.signal.waker.wake();
     }
 
     /// Whether [`ShutdownHandle::shutdown`] was called.
