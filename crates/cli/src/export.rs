@@ -1,11 +1,12 @@
-//! The engine as an NBD export.
+//! The engine (and a bare device) as an [`Export`], the front-end contract
+//! both `serve` front ends (NBD, ublk) serve.
 
 use std::io;
 use std::sync::Arc;
 use tiercache_engine::Engine;
-use tiercache_nbd::{BlockSizes, DirectRead, Export};
+use tiercache_frontend::{BlockSizes, DirectRead, Export};
 
-/// Serves an [`Engine`] over NBD. Flush and FUA are global to the engine,
+/// Serves an [`Engine`] (over NBD or ublk). Flush and FUA are global to the engine,
 /// so every connection sees them (multi-conn is safe).
 pub struct EngineExport {
     pub engine: Arc<Engine>,
@@ -60,8 +61,8 @@ impl Export for EngineExport {
 }
 
 /// Serves a device directly, without a cache: the baselines of `bench`
-/// ("fast device alone", "slow device alone") go through the same NBD
-/// server as the cache.
+/// ("fast device alone", "slow device alone") go through the same front
+/// end as the cache.
 pub struct DeviceExport {
     pub device: Arc<dyn tiercache_device::BlockDevice>,
     pub rotational: bool,
@@ -105,5 +106,52 @@ impl Export for DeviceExport {
     }
     fn is_rotational(&self) -> bool {
         self.rotational
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use tiercache_engine::EngineError;
+
+    /// The engine's errors reach both front ends through the one mapping:
+    /// out of range is EINVAL (not ENOSPC), a full device ENOSPC, a failed
+    /// device its own errno.
+    #[test]
+    fn engine_errors_map_to_the_right_errno() {
+        let errno = |e: EngineError| tiercache_frontend::errno(&io::Error::from(e));
+        assert_eq!(
+            errno(EngineError::OutOfRange {
+                offset: 1 << 30,
+                len: 512,
+                size: 1 << 20
+            }),
+            libc::EINVAL
+        );
+        assert_eq!(
+            errno(EngineError::Misaligned { offset: 1, len: 1 }),
+            libc::EINVAL
+        );
+        assert_eq!(
+            errno(EngineError::Backing {
+                device: "b".into(),
+                source: io::Error::from_raw_os_error(libc::ENOSPC)
+            }),
+            libc::ENOSPC
+        );
+        assert_eq!(
+            errno(EngineError::CacheDirty {
+                device: "c".into(),
+                source: io::Error::from_raw_os_error(libc::EIO)
+            }),
+            libc::EIO
+        );
+        assert_eq!(
+            errno(EngineError::Backing {
+                device: "b".into(),
+                source: io::Error::other("no errno")
+            }),
+            libc::EIO
+        );
     }
 }

@@ -246,7 +246,7 @@ enum FrontEnd {
 }
 
 impl FrontEnd {
-    fn start(s: &ServeSettings, export: Arc<dyn tiercache_nbd::Export>) -> Result<FrontEnd> {
+    fn start(s: &ServeSettings, export: Arc<dyn tiercache_frontend::Export>) -> Result<FrontEnd> {
         if let Some(u) = &s.ublk {
             return Ok(FrontEnd::Ublk(crate::ublk::start(u, export)?));
         }

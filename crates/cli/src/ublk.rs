@@ -4,7 +4,7 @@
 use anyhow::Result;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tiercache_nbd::Export;
+use tiercache_frontend::Export;
 
 /// `--ublk-queues`, `--ublk-depth`, `--ublk-id` (None: the defaults of
 /// `tiercache_ublk::UblkConfig`, i.e. CPUs up to 4 queues, depth 64, a

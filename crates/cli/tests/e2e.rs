@@ -400,3 +400,27 @@ fn a_clean_restart_is_warm_and_refuses_the_wrong_backing_device() {
         .unwrap_or(0);
     assert!(mapped >= 64 && out.contains("no problems found"), "{out}");
 }
+
+#[test]
+fn sigterm_stops_cleanly_after_the_socket_file_was_removed() {
+    // A cleaned /tmp removes the NBD socket file while the server runs:
+    // stopping must not depend on it (it used to wait forever for an
+    // accept loop woken by connecting to that path).
+    let dir = tempfile::tempdir().unwrap();
+    devices(dir.path(), 32 * MIB, 8 * MIB);
+    let mut s = Served::start(dir.path(), &["--mode", "writeback", "--block-size", "64k"]);
+    std::fs::remove_file(s.socket()).unwrap();
+    s.signal(libc::SIGTERM);
+    let st = s.wait_exit(Duration::from_secs(30));
+    let log = s.log();
+    assert!(st.success(), "serve exited with {st}: {log}");
+    assert!(
+        log.contains("stopping: finishing in-flight requests"),
+        "{log}"
+    );
+    assert!(log.contains("tiercache: stopped"), "{log}");
+    // The engine shut down cleanly: the next start says so.
+    s.restart();
+    assert!(s.log().contains("after a clean shutdown"), "{}", s.log());
+    s.stop();
+}

@@ -29,23 +29,13 @@ pub enum EngineError {
     Metadata(#[from] tiercache_metadata::MetadataError),
 }
 
-impl EngineError {
-    /// The errno an NBD client should see.
-    pub fn errno(&self) -> i32 {
-        match self {
-            EngineError::Misaligned { .. } => libc_einval(),
-            EngineError::OutOfRange { .. } => 28, // ENOSPC, per the NBD spec for writes past the end
-            EngineError::Backing { .. } | EngineError::CacheDirty { .. } => 5, // EIO
-            EngineError::Config(_) => libc_einval(),
-            EngineError::Metadata(_) => 5,
-        }
-    }
-}
-
-fn libc_einval() -> i32 {
-    22
-}
-
+/// An engine error as the `io::Error` a front end gets from the export.
+/// The kind is chosen so that the front ends' one errno mapping
+/// (`tiercache_frontend::errno`) gives the right errno: a request out of
+/// range or misaligned, or a bad configuration, is `InvalidInput`
+/// (`EINVAL`); a device error keeps its source, whose errno is carried
+/// through (`EIO`, `ENOSPC` for a full device, ...); metadata errors
+/// without an errno are `EIO`.
 impl From<EngineError> for io::Error {
     fn from(e: EngineError) -> io::Error {
         let kind = match &e {

@@ -2,12 +2,13 @@
 //! stream so it can run over a socket, or over in-memory buffers in tests
 //! and fuzz targets.
 
-use crate::export::{transmission_flags, BlockSizes, Export};
 use crate::proto::{self, ClientFlags, ClientOption, InfoRequest, TransmissionContext};
+use crate::wire::transmission_flags;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use tiercache_frontend::{BlockSizes, Export};
 
 /// One named export offered by a server.
 #[derive(Clone)]
@@ -398,9 +399,9 @@ fn send_info<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::MemExport;
     use crate::proto::*;
     use std::io::Cursor;
+    use tiercache_frontend::MemExport;
 
     fn run(client: &[u8]) -> (Result<HandshakeEnd, HandshakeError>, Vec<u8>) {
         run_tls(client, TlsPhase::Unavailable)

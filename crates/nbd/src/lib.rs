@@ -1,9 +1,13 @@
 //! tiercache-nbd: a Network Block Device server library.
 //!
-//! Serves anything implementing [`Export`] over the NBD protocol (fixed
-//! newstyle handshake only) on a Unix or TCP socket. Independent of the cache
-//! engine: the engine implements [`Export`], the CLI binds a [`Listener`] and
-//! runs a [`Server`].
+//! Serves anything implementing [`Export`] (the front-end contract of
+//! `tiercache-frontend`, shared with the ublk front end) over the NBD
+//! protocol (fixed newstyle handshake only) on a Unix or TCP socket.
+//! Independent of the cache engine: the CLI adapts the engine to
+//! [`Export`], binds a [`Listener`] and runs a [`Server`]. Every request's
+//! range is checked by `tiercache_frontend::check_request` and every export
+//! error mapped by `tiercache_frontend::errno` (then narrowed to the wire's
+//! values, [`nbd_errno`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -28,16 +32,39 @@
 //! The wire parsing lives in [`proto`] as pure functions over byte slices
 //! (fuzzed by `crates/nbd/fuzz`), the negotiation in [`handshake`] is generic
 //! over `Read`/`Write`.
+//!
+//! The server, by file (each depends only on those listed before it):
+//! `config.rs` ([`ServerConfig`], [`TlsMode`]), `sockets.rs` (a
+//! connection's socket and its TLS stream), `wire.rs` ([`nbd_errno`],
+//! [`transmission_flags`]), `wake.rs` (what wakes the accept loops on
+//! shutdown, without the file system), `listener.rs` ([`Listener`]: binding and
+//! accepting), `slots.rs` (admission and the live connections),
+//! `shutdown.rs` ([`ShutdownHandle`] and the stop sequence),
+//! `transmission.rs` (a negotiated connection's reader, workers and
+//! replies), `connection.rs` (a connection from handshake to close) and
+//! `server.rs` ([`Server`], its accept loop, [`RunningServer`]).
 
-pub mod export;
+mod config;
+mod connection;
 pub mod handshake;
+mod listener;
 pub mod proto;
 mod server;
+mod shutdown;
+mod slots;
+mod sockets;
 pub mod tls;
+mod transmission;
+mod wake;
+mod wire;
 
-pub use export::{
-    nbd_errno, transmission_flags, BlockSizes, DirectRead, Export, MemExport, DEFAULT_MAX_BLOCK,
-};
+pub use config::{ServerConfig, TlsMode};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
-pub use server::{Listener, RunningServer, Server, ServerConfig, ShutdownHandle, TlsMode};
+pub use listener::Listener;
+pub use server::{RunningServer, Server};
+pub use shutdown::ShutdownHandle;
+/// The front-end contract, from `tiercache-frontend` (re-exported so that
+/// users of this crate alone need no second import).
+pub use tiercache_frontend::{BlockSizes, Export, MemExport, DEFAULT_MAX_BLOCK};
 pub use tls::TlsConfig;
+pub use wire::{nbd_errno, transmission_flags};

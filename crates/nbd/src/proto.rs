@@ -10,6 +10,7 @@
 //! Reference: `doc/proto.md` of the NetworkBlockDevice/nbd repository.
 
 use std::fmt;
+use tiercache_frontend::{check_request, Access, Limits, RequestError};
 
 // ---------------------------------------------------------------------------
 // Magic numbers.
@@ -129,6 +130,23 @@ pub const ENOSPC: u32 = 28;
 pub const EOVERFLOW: u32 = 75;
 pub const ENOTSUP: u32 = 95;
 pub const ESHUTDOWN: u32 = 108;
+
+/// A Linux errno (e.g. from [`tiercache_frontend::errno`]) as one of the
+/// wire values above: `EPERM`/`EACCES`/`EROFS` -> `EPERM`,
+/// `ENOSPC`/`EDQUOT`/`EFBIG` -> `ENOSPC`, `EIO`, `ENOMEM`, `EINVAL`,
+/// `EOVERFLOW`, `ESHUTDOWN` as they are, anything else -> `EIO`.
+pub fn wire_errno(code: i32) -> u32 {
+    match code {
+        libc::EPERM | libc::EACCES | libc::EROFS => EPERM,
+        libc::EIO => EIO,
+        libc::ENOMEM => ENOMEM,
+        libc::EINVAL => EINVAL,
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG => ENOSPC,
+        libc::EOVERFLOW => EOVERFLOW,
+        libc::ESHUTDOWN => ESHUTDOWN,
+        _ => EIO,
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Limits.
@@ -596,6 +614,22 @@ pub enum Command {
     Disconnect,
 }
 
+impl Command {
+    /// A read, write, trim or write-zeroes of zero bytes, which
+    /// [`tiercache_frontend::check_request`] accepted as asking nothing
+    /// ([`tiercache_frontend::Checked::Empty`]): it is answered with success
+    /// without calling the export.
+    pub fn is_empty(&self) -> bool {
+        match *self {
+            Command::Read { len, .. }
+            | Command::Write { len, .. }
+            | Command::Trim { len, .. }
+            | Command::WriteZeroes { len, .. } => len == 0,
+            Command::Flush | Command::Disconnect => false,
+        }
+    }
+}
+
 /// What to do with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -612,9 +646,13 @@ pub enum Verdict {
 }
 
 /// Decides what to do with a request, following the spec's error rules:
-/// unknown command or flag, or a read or write over the maximum length -> `EINVAL`; write, trim
-/// or write-zeroes on a read-only export -> `EPERM`; write or write-zeroes beyond the end ->
-/// `ENOSPC`; read or trim beyond the end -> `EINVAL`; unaligned -> `EINVAL`.
+/// unknown command or flag -> `EINVAL`; write, trim or write-zeroes on a
+/// read-only export -> `EPERM`; then the range, checked by
+/// [`tiercache_frontend::check_request`] (the check ublk makes too): a read
+/// or write over the maximum length, or unaligned -> `EINVAL`; write or
+/// write-zeroes beyond the end -> `ENOSPC`; read or trim beyond the end ->
+/// `EINVAL`. A zero-length command inside the export is executed as one
+/// that asks nothing ([`Command::is_empty`]).
 /// A write payload larger than [`TransmissionContext::discard_limit`] leads
 /// to a hard disconnect. Pure; never panics.
 pub fn validate_request(h: &RequestHeader, ctx: &TransmissionContext) -> Verdict {
@@ -666,24 +704,29 @@ pub fn validate_request(h: &RequestHeader, ctx: &TransmissionContext) -> Verdict
     if h.kind == CMD_FLUSH {
         return Verdict::Execute(Command::Flush);
     }
-    if matches!(h.kind, CMD_READ | CMD_WRITE) && h.length > ctx.max_block {
-        return reject(EINVAL, "length exceeds the maximum block size");
-    }
-    let min = u64::from(ctx.min_block.max(1));
-    if h.offset % min != 0 || u64::from(h.length) % min != 0 {
-        return reject(EINVAL, "request not aligned to the minimum block size");
-    }
-    let in_range = h
-        .offset
-        .checked_add(u64::from(h.length))
-        .is_some_and(|end| end <= ctx.size);
-    if !in_range {
-        let errno = if matches!(h.kind, CMD_WRITE | CMD_WRITE_ZEROES) {
-            ENOSPC
-        } else {
-            EINVAL
+    // The range: the one check both front ends share.
+    let access = match h.kind {
+        CMD_READ => Access::Read,
+        CMD_WRITE => Access::Write,
+        CMD_TRIM => Access::Trim,
+        _ => Access::WriteZeroes,
+    };
+    let limits = Limits {
+        size: ctx.size,
+        min_block: ctx.min_block,
+        max_data: ctx.max_block,
+    };
+    if let Err(e) = check_request(&limits, access, h.offset, u64::from(h.length)) {
+        // The spec asks for ENOSPC for a write beyond the end (nbdkit's
+        // validate_request does the same); every other refusal is the
+        // frontend's errno (EINVAL).
+        let errno = match e {
+            RequestError::OutOfRange { .. } if matches!(h.kind, CMD_WRITE | CMD_WRITE_ZEROES) => {
+                ENOSPC
+            }
+            _ => wire_errno(e.errno()),
         };
-        return reject(errno, "request beyond the end of the export");
+        return reject(errno, e.reason());
     }
     let (offset, len) = (h.offset, h.length);
     Verdict::Execute(match h.kind {

@@ -4,10 +4,12 @@
 //!
 //! # What is served
 //!
-//! The same [`tiercache_nbd::Export`] trait the NBD server uses: whatever
+//! The front-end contract of `tiercache-frontend`, the
+//! [`tiercache_frontend::Export`] trait the NBD server serves too: whatever
 //! `tiercache serve` hands to NBD (the engine, or a bare device for
-//! baselines) can be served here unchanged. Requests map one to one
-//! ([`request::execute`]):
+//! baselines) can be served here unchanged. This crate knows nothing of
+//! NBD. Requests map one to one ([`request::execute`]), after the range
+//! check both front ends share ([`tiercache_frontend::check_request`]):
 //!
 //! | ublk request                  | export call                               |
 //! |-------------------------------|-------------------------------------------|
@@ -18,7 +20,10 @@
 //! | WRITE_ZEROES (NOUNMAP flag)   | `write_zeroes(may_trim = !NOUNMAP)`       |
 //! | WRITE_SAME, zoned operations  | refused with `-EOPNOTSUPP`                |
 //!
-//! Any error from the export completes the request with `-EIO`. The
+//! A refused range completes with `-EINVAL`; an error from the export
+//! completes with its errno ([`tiercache_frontend::errno`], the mapping the
+//! NBD server uses too: the device's own errno, `-EIO` when there is
+//! none). The
 //! device's parameters ([`params::device_params`]) follow the export: 512-
 //! or 4096-byte logical blocks from its minimum block size, a volatile
 //! write cache with FUA when it can flush (so the kernel sends FLUSH and

@@ -3,7 +3,7 @@
 //! tested without the kernel.
 
 use libublk::sys;
-use tiercache_nbd::Export;
+use tiercache_frontend::Export;
 
 /// Largest discard / write-zeroes request the kernel may send at once, in
 /// bytes. Bounded so that one `mkfs` discard of a whole device becomes
@@ -117,7 +117,7 @@ pub fn device_params(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tiercache_nbd::{BlockSizes, MemExport};
+    use tiercache_frontend::{BlockSizes, MemExport};
 
     #[test]
     fn engine_like_export_gets_512_byte_sectors_flush_fua_and_discard() {

@@ -3,7 +3,7 @@
 //! talks to the kernel, so all of it is tested on any host.
 
 use std::io;
-use tiercache_nbd::Export;
+use tiercache_frontend::{check_request, errno, Access, Checked, Export, Limits, RequestError};
 
 /// ublk IO opcodes and flags (`include/uapi/linux/ublk_cmd.h`; stable ABI
 /// since Linux 6.0). Spelled out here so that this module, and its tests,
@@ -84,57 +84,73 @@ pub fn decode(op_flags: u32, start_sector: u64, nr_sectors: u32) -> Result<Reque
     }
 }
 
+impl Request {
+    /// What the request does with which range (`(access, offset, len)`);
+    /// None for a flush, which has no range.
+    pub fn range(&self) -> Option<(Access, u64, u64)> {
+        match *self {
+            Request::Read { offset, len } => Some((Access::Read, offset, len.into())),
+            Request::Write { offset, len, .. } => Some((Access::Write, offset, len.into())),
+            Request::Flush => None,
+            Request::Discard { offset, len } => Some((Access::Trim, offset, len)),
+            Request::WriteZeroes { offset, len, .. } => Some((Access::WriteZeroes, offset, len)),
+        }
+    }
+}
+
+/// Checks `req` with the one validation both front ends share
+/// ([`check_request`]) against `export`'s limits, a read or write also
+/// against the tag's buffer of `buf_len` bytes. A flush has no range to
+/// check: `Ok(Checked::Empty)` (for a flush, [`execute`] still calls the
+/// export). Pure: [`execute`] logs refusals.
+pub fn check(export: &dyn Export, req: Request, buf_len: usize) -> Result<Checked, RequestError> {
+    match req.range() {
+        None => Ok(Checked::Empty),
+        Some((access, offset, len)) => {
+            let limits = Limits::of(export).with_max_data(buf_len as u64);
+            check_request(&limits, access, offset, len)
+        }
+    }
+}
+
 /// Carries out `req` on `export` and returns the value to complete the
 /// ublk command with: the byte count for READ and WRITE, 0 for the other
 /// operations, a negative errno on failure.
 ///
-/// Errors: a request that does not fit the device or the tag's buffer is
-/// `-EINVAL` (the kernel never sends one); every error from the export is
-/// `-EIO` (the block layer turns it into `BLK_STS_IOERR`, which is what a
-/// file system expects from a failing disk). Operations the export does
-/// not advertise (flush without `can_flush`, discard without `can_trim`)
-/// succeed without calling it: the kernel only sends them if the device
-/// parameters said so, and they promise nothing then.
+/// Errors: a request [`check`] refuses (beyond the device, unaligned,
+/// larger than the tag's buffer; the kernel never sends one) completes
+/// with the refusal's errno, `-EINVAL`, without calling the export; an
+/// error from the export completes with [`tiercache_frontend::errno`]
+/// negated (the errno the device gave, e.g. `-EIO`, `-ENOSPC` for a full
+/// device; `-EIO` when there is none), which the block layer turns into
+/// the matching status. A zero-length request succeeds without calling
+/// the export. Operations the export does not advertise (flush without
+/// `can_flush`, discard without `can_trim`) succeed without calling it:
+/// the kernel only sends them if the device parameters said so, and they
+/// promise nothing then.
 pub fn execute(export: &dyn Export, req: Request, buf: &mut [u8]) -> i32 {
-    let fits = |offset: u64, len: u64| {
-        let ok = offset
-            .checked_add(len)
-            .is_some_and(|end| end <= export.size());
-        if !ok {
+    let call = match check(export, req, buf.len()) {
+        Ok(Checked::Range { .. }) => true,
+        Ok(Checked::Empty) => matches!(req, Request::Flush),
+        Err(e) => {
             log::warn!(
-                "ublk: {req:?} is beyond the end of the device ({} bytes)",
-                export.size()
-            );
-        }
-        ok
-    };
-    let fits_buffer = |len: u32| {
-        let ok = len as usize <= buf.len();
-        if !ok {
-            log::warn!(
-                "ublk: {req:?} is larger than the tag's buffer ({} bytes)",
+                "ublk: {req:?} refused: {e} (device {} bytes, tag buffer {} bytes)",
+                export.size(),
                 buf.len()
             );
+            return -e.errno();
         }
-        ok
     };
+    if !call {
+        return 0; // zero bytes: nothing to read or write
+    }
     let result: io::Result<i32> = match req {
-        Request::Read { offset, len } => {
-            if !fits(offset, len.into()) || !fits_buffer(len) {
-                return -libc::EINVAL;
-            }
-            export
-                .read(offset, &mut buf[..len as usize])
-                .map(|()| len as i32)
-        }
-        Request::Write { offset, len, fua } => {
-            if !fits(offset, len.into()) || !fits_buffer(len) {
-                return -libc::EINVAL;
-            }
-            export
-                .write(offset, &buf[..len as usize], fua && export.can_fua())
-                .map(|()| len as i32)
-        }
+        Request::Read { offset, len } => export
+            .read(offset, &mut buf[..len as usize])
+            .map(|()| len as i32),
+        Request::Write { offset, len, fua } => export
+            .write(offset, &buf[..len as usize], fua && export.can_fua())
+            .map(|()| len as i32),
         Request::Flush => {
             if export.can_flush() {
                 export.flush().map(|()| 0)
@@ -143,9 +159,6 @@ pub fn execute(export: &dyn Export, req: Request, buf: &mut [u8]) -> i32 {
             }
         }
         Request::Discard { offset, len } => {
-            if !fits(offset, len) {
-                return -libc::EINVAL;
-            }
             if export.can_trim() {
                 export.trim(offset, len).map(|()| 0)
             } else {
@@ -157,44 +170,37 @@ pub fn execute(export: &dyn Export, req: Request, buf: &mut [u8]) -> i32 {
             len,
             fua,
             may_trim,
-        } => {
-            if !fits(offset, len) {
-                return -libc::EINVAL;
-            }
-            export
-                .write_zeroes(offset, len, fua && export.can_fua(), may_trim)
-                .map(|()| 0)
-        }
+        } => export
+            .write_zeroes(offset, len, fua && export.can_fua(), may_trim)
+            .map(|()| 0),
     };
     match result {
         Ok(n) => n,
         Err(e) => {
             log::debug!("ublk: {req:?} failed: {e}");
-            -libc::EIO
+            -errno(&e)
         }
     }
 }
 
 /// [`execute`] for a read the export can answer at once
 /// ([`Export::read_if_quick`], a cache hit): the same result `execute`
-/// would give. None for any other request, or a read that must wait: then
-/// `execute` it on a worker thread.
+/// would give. None for any other request, a read [`check`] does not pass
+/// as a range (`execute` explains or answers it), or a read that must
+/// wait: then `execute` it on a worker thread.
 pub fn execute_if_quick(export: &dyn Export, req: Request, buf: &mut [u8]) -> Option<i32> {
     let Request::Read { offset, len } = req else {
         return None;
     };
-    let in_range = offset
-        .checked_add(len.into())
-        .is_some_and(|end| end <= export.size());
-    if !in_range || len as usize > buf.len() {
-        return None; // `execute` explains it
-    }
+    let Ok(Checked::Range { .. }) = check(export, req, buf.len()) else {
+        return None;
+    };
     Some(
         match export.read_if_quick(offset, &mut buf[..len as usize])? {
             Ok(()) => len as i32,
             Err(e) => {
                 log::debug!("ublk: {req:?} failed: {e}");
-                -libc::EIO
+                -errno(&e)
             }
         },
     )
@@ -204,7 +210,7 @@ pub fn execute_if_quick(export: &dyn Export, req: Request, buf: &mut [u8]) -> Op
 mod tests {
     use super::*;
     use parking_lot::Mutex;
-    use tiercache_nbd::MemExport;
+    use tiercache_frontend::MemExport;
 
     /// Records every call, delegates to a [`MemExport`], and fails on
     /// demand.
@@ -471,7 +477,7 @@ mod tests {
     }
 
     #[test]
-    fn export_errors_become_eio_and_bad_ranges_einval() {
+    fn export_errors_keep_their_errno_and_bad_ranges_are_einval() {
         let mut e = Recorder::new(1 << 20);
         e.fail = true;
         let mut buf = vec![0u8; 4096];
@@ -497,8 +503,16 @@ mod tests {
                 may_trim: true,
             },
         ] {
-            assert_eq!(execute(&e, req, &mut buf), -libc::EIO, "{req:?}");
+            // The full device's ENOSPC (Recorder's failure) reaches the
+            // kernel as it is, not as a blanket EIO.
+            assert_eq!(execute(&e, req, &mut buf), -libc::ENOSPC, "{req:?}");
         }
+        // An error without an errno is EIO.
+        assert_eq!(
+            errno(&io::Error::other("device gone")),
+            libc::EIO,
+            "the one mapping"
+        );
         e.fail = false;
         e.take();
         let past_end = Request::Read {
@@ -517,6 +531,18 @@ mod tests {
             len: 2 << 20,
         };
         assert_eq!(execute(&e, discard_past_end, &mut buf), -libc::EINVAL);
+        // Zero bytes ask nothing of the export.
+        let empty = Request::Write {
+            offset: 4096,
+            len: 0,
+            fua: true,
+        };
+        assert_eq!(execute(&e, empty, &mut buf), 0);
+        let empty_read = Request::Read {
+            offset: 4096,
+            len: 0,
+        };
+        assert_eq!(execute_if_quick(&e, empty_read, &mut buf), None);
         assert!(e.take().is_empty(), "nothing reached the export");
     }
 

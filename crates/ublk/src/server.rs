@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use tiercache_nbd::Export;
+use tiercache_frontend::{Checked, Export};
 
 /// Where the kernel's ublk driver is reached.
 pub const CONTROL_PATH: &str = "/dev/ublk-control";
@@ -535,12 +535,10 @@ async fn serve_tag(
 /// did; None if the read must go another way (not a hit on a file, or the
 /// file read failed: the export then reads it again itself).
 async fn direct_read(export: &dyn Export, offset: u64, len: u32, buf: &IoBuf<u8>) -> Option<i32> {
-    let in_range = offset
-        .checked_add(len.into())
-        .is_some_and(|end| end <= export.size());
-    if !in_range || len as usize > buf.len() {
-        return None; // `execute` explains it
-    }
+    let req = Request::Read { offset, len };
+    let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
+        return None; // `execute` explains or answers it
+    };
     let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         export.begin_direct_read(offset, len)
     }))
@@ -554,7 +552,8 @@ async fn direct_read(export: &dyn Export, offset: u64, len: u32, buf: &IoBuf<u8>
             outcome = Err(std::io::Error::other("a piece beyond the request"));
             break;
         }
-        // SAFETY: `buf_offset + n <= len <= buf.len()` (checked above), so
+        // SAFETY: `buf_offset + n <= len <= buf.len()` (checked above:
+        // `check` bounds a read by the buffer), so
         // the kernel writes inside the tag's buffer. Nothing else touches
         // that buffer until this request is committed (see the worker's
         // comment in `serve_tag`), and this task waits for the read's
@@ -612,7 +611,7 @@ mod tests {
             eprintln!("SKIPPED: this kernel has ublk; the VM lab covers it");
             return;
         }
-        let export = Arc::new(tiercache_nbd::MemExport::new(1 << 20));
+        let export = Arc::new(tiercache_frontend::MemExport::new(1 << 20));
         let err = UblkServer::start(export, &UblkConfig::default())
             .err()
             .expect("no ublk here");

@@ -239,6 +239,14 @@ impl Served {
         }
     }
 
+    /// Sends `sig` (e.g. `libc::SIGTERM`) without waiting; see
+    /// [`Served::wait_exit`].
+    pub fn signal(&self, sig: i32) {
+        let c = self.child.as_ref().expect("running");
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(c.id() as i32, sig) };
+    }
+
     /// SIGKILL and wait: a crash of the process.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
