@@ -309,7 +309,7 @@ fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
         // decides, so keep the raw error.
         Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => Err(e),
         Err(e) if block_device && e.raw_os_error() == Some(libc::EBUSY) => Err(io::Error::new(
-            io::ErrorKind::ResourceBusy,
+            busy_kind(),
             format!(
                 "{}: the block device is in use (mounted, or held by another program such as \
                  another tiercache, bcache, dm-cache or an md array); refusing to open it",
@@ -319,6 +319,11 @@ fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
         Err(e) => Err(path_error(path, "cannot open", e)),
         Ok(f) => Ok(f),
     }
+}
+
+/// The kind of error for a device in use (EBUSY's).
+fn busy_kind() -> io::ErrorKind {
+    io::Error::from_raw_os_error(libc::EBUSY).kind()
 }
 
 /// Takes an exclusive `flock` on `file` for as long as it stays open, so
@@ -340,7 +345,7 @@ fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
     let who = match holder {
         Some(pid) if pid == std::process::id() => {
             return Err(io::Error::new(
-                io::ErrorKind::ResourceBusy,
+                busy_kind(),
                 format!(
                     "{}: opened twice by this command (is the same device given twice, \
                      e.g. as both backing and cache?)",
@@ -355,7 +360,7 @@ fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
         None => "another process".to_string(),
     };
     Err(io::Error::new(
-        io::ErrorKind::ResourceBusy,
+        busy_kind(),
         format!(
             "{}: in use by {who}, which holds it open for writing (another `tiercache serve` \
              of this device?); two writers would corrupt it: stop that one first",
@@ -546,7 +551,7 @@ mod tests {
         let p = dir.path().join("dev.img");
         let first = FileDevice::create(&p, 1 << 20).unwrap();
         let e = FileDevice::open(&p).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy, "{e}");
+        assert_eq!(e.kind(), busy_kind(), "{e}");
         assert!(
             e.to_string().contains("opened twice by this command"),
             "{e}"
