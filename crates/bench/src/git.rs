@@ -535,7 +535,10 @@ mod tests {
     #[test]
     fn generated_repo_has_the_files_and_not_the_word() {
         if !have("git") {
-            eprintln!("SKIPPED: git is not installed");
+            tiercache_testkit::skip(
+                "generated_repo_has_the_files_and_not_the_word",
+                "git is not installed",
+            );
             return;
         }
         let d = tempfile::tempdir().unwrap();

@@ -120,7 +120,10 @@ fn median_iops(run: &serde_json::Value) -> f64 {
 #[test]
 fn tiny_bench_repeats_every_configuration_and_the_cache_beats_the_hdd() {
     if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed (run `make deps`)");
+        tiercache_testkit::skip(
+            module_path!(),
+            "fio is not installed (scripts/install-deps.sh)",
+        );
         return;
     }
     let with_nbdkit = have("nbdkit");
@@ -252,7 +255,10 @@ fn tiny_bench_repeats_every_configuration_and_the_cache_beats_the_hdd() {
 #[test]
 fn tiny_sweep_reports_every_data_size() {
     if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed (run `make deps`)");
+        tiercache_testkit::skip(
+            module_path!(),
+            "fio is not installed (scripts/install-deps.sh)",
+        );
         return;
     }
     let (_dir, out) = run_bench(&[
@@ -293,7 +299,10 @@ fn tiny_sweep_reports_every_data_size() {
 #[test]
 fn tiny_git_workload_times_clone_and_greps() {
     if !have("fio") {
-        eprintln!("SKIPPED: fio is not installed (run `make deps`)");
+        tiercache_testkit::skip(
+            module_path!(),
+            "fio is not installed (scripts/install-deps.sh)",
+        );
         return;
     }
     let (_dir, out) = run_bench(&[

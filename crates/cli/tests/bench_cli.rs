@@ -14,8 +14,9 @@ fn bench_subcommand_runs_and_reports() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        eprintln!(
-            "SKIPPED bench_subcommand_runs_and_reports: fio is not installed (run `make deps`)"
+        tiercache_testkit::skip(
+            "bench_subcommand_runs_and_reports",
+            "fio is not installed (scripts/install-deps.sh)",
         );
         return;
     }

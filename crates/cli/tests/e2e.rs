@@ -240,7 +240,7 @@ fn attach(s: &Served, mnt: &Path, m: &mut Mounts, t: &str) -> Option<String> {
         .unwrap();
     while !pidfile.exists() {
         if let Some(st) = child.try_wait().unwrap() {
-            eprintln!("SKIPPED {t}: nbdfuse exited with {st}");
+            skip(t, &format!("nbdfuse exited with {st}"));
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -254,9 +254,9 @@ fn attach(s: &Served, mnt: &Path, m: &mut Mounts, t: &str) -> Option<String> {
         .output()
         .unwrap();
     if !out.status.success() {
-        eprintln!(
-            "SKIPPED {t}: losetup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        skip(
+            t,
+            &format!("losetup failed: {}", String::from_utf8_lossy(&out.stderr)),
         );
         return None;
     }
@@ -281,7 +281,7 @@ fn ext4_on_the_cache_survives_a_server_restart() {
         }
     }
     if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED {t}: /dev/fuse is missing");
+        skip(t, "/dev/fuse is missing");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -297,9 +297,9 @@ fn ext4_on_the_cache_survives_a_server_restart() {
     run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
     let st = Command::new("mount").arg(&dev).arg(&fs).output().unwrap();
     if !st.status.success() {
-        eprintln!(
-            "SKIPPED {t}: mount failed: {}",
-            String::from_utf8_lossy(&st.stderr)
+        skip(
+            t,
+            &format!("mount failed: {}", String::from_utf8_lossy(&st.stderr)),
         );
         return;
     }

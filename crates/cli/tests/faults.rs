@@ -37,9 +37,12 @@ impl SmallFs {
                 .arg(&mnt),
         );
         if !out.status.success() {
-            eprintln!(
-                "SKIPPED {test}: cannot loop-mount ({})",
-                String::from_utf8_lossy(&out.stderr).trim()
+            skip(
+                test,
+                &format!(
+                    "cannot loop-mount ({})",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
             );
             return None;
         }

@@ -29,8 +29,10 @@ fn fds_and_rss(pid: u32) -> (usize, u64) {
 
 #[test]
 fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
-    if Command::new("fio").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: fio is not installed (make deps)");
+    if !tiercache_testkit::have(
+        "fio",
+        "sixteen_verifying_clients_with_mode_switches_and_flushes",
+    ) {
         return;
     }
     let secs: u64 = std::env::var("TIERCACHE_SOAK_SECS")

@@ -14,16 +14,7 @@ use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
-fn have(tool: &str, test: &str) -> bool {
-    let found = std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .any(|d| Path::new(d).join(tool).is_file());
-    if !found {
-        eprintln!("SKIPPED {test}: `{tool}` is not installed (see scripts/install-deps.sh)");
-    }
-    found
-}
+use tiercache_testkit::have;
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));

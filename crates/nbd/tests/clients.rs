@@ -78,7 +78,10 @@ fn have_nbdsh(test: &str) -> bool {
         .map(|o| o.status.success())
         .unwrap_or(false);
     if !ok {
-        eprintln!("SKIPPED {test}: nbdsh cannot import the nbd module (install python3-libnbd)");
+        tiercache_testkit::skip(
+            test,
+            "nbdsh cannot import the nbd module (install python3-libnbd)",
+        );
     }
     ok
 }
@@ -310,7 +313,7 @@ fn nbdfuse_losetup_mkfs_ext4_round_trip() {
         }
     }
     if !std::path::Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED {t}: /dev/fuse is missing");
+        tiercache_testkit::skip(t, "/dev/fuse is missing");
         return;
     }
     let ex = Arc::new(MemExport::new(64 * MIB));
@@ -336,7 +339,10 @@ fn nbdfuse_losetup_mkfs_ext4_round_trip() {
     // nbdfuse writes its pidfile once the FUSE mount is ready.
     while !pidfile.exists() {
         if let Some(st) = child.try_wait().unwrap() {
-            eprintln!("SKIPPED {t}: nbdfuse exited with {st} (FUSE unavailable here?)");
+            tiercache_testkit::skip(
+                t,
+                &format!("nbdfuse exited with {st} (FUSE unavailable here?)"),
+            );
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -353,9 +359,12 @@ fn nbdfuse_losetup_mkfs_ext4_round_trip() {
         .output()
         .unwrap();
     if !out.status.success() {
-        eprintln!(
-            "SKIPPED {t}: losetup failed (no loop devices or privileges?): {}",
-            String::from_utf8_lossy(&out.stderr)
+        tiercache_testkit::skip(
+            t,
+            &format!(
+                "losetup failed (no loop devices or privileges?): {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
         );
         return;
     }
@@ -364,9 +373,9 @@ fn nbdfuse_losetup_mkfs_ext4_round_trip() {
     run(Command::new("mkfs.ext4").args(["-q", "-F", &dev]));
     let st = Command::new("mount").arg(&dev).arg(&fs).output().unwrap();
     if !st.status.success() {
-        eprintln!(
-            "SKIPPED {t}: mount failed: {}",
-            String::from_utf8_lossy(&st.stderr)
+        tiercache_testkit::skip(
+            t,
+            &format!("mount failed: {}", String::from_utf8_lossy(&st.stderr)),
         );
         return;
     }

@@ -3,25 +3,12 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
 
-/// Whether `tool` is on PATH; prints why the test skips if not.
-pub fn have(tool: &str, test: &str) -> bool {
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED {test}: {tool} is not installed (run `make deps`)");
-    }
-    ok
-}
+pub use tiercache_testkit::{have, skip};
 
 /// The full path of `tool` on PATH (or the bare name).
 pub fn which(tool: &str) -> PathBuf {

@@ -69,7 +69,10 @@ pub fn have(tool: &str, test: &str) -> bool {
                 .unwrap_or(false)
         });
     if !ok {
-        eprintln!("SKIPPED {test}: `{tool}` is not installed (see scripts/install-deps.sh)");
+        tiercache_testkit::skip(
+            test,
+            &format!("`{tool}` is not installed (scripts/install-deps.sh)"),
+        );
     }
     ok
 }
