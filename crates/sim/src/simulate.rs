@@ -1251,7 +1251,7 @@ impl ConvergeState {
     /// At a window boundary, records the window just ended and says
     /// whether every configuration has converged.
     fn check(&mut self, tasks: &[Mutex<Task>], done: u64) -> bool {
-        if done % self.window != 0 {
+        if done.checked_rem(self.window) != Some(0) {
             return false;
         }
         let k = self.spec.windows.max(1) as usize;
