@@ -49,10 +49,17 @@ pub struct SimArgs {
     /// Synthetic: percentage of reads.
     #[arg(long, default_value_t = 100)]
     rwmixread: u8,
-    /// Synthetic or fio job: number of IOs (default: one pass over the data,
-    /// at most 20 million).
+    /// Synthetic or fio job: number of IOs. Default for a synthetic workload
+    /// (and a time_based fio job): run until every configuration's warm hit
+    /// ratio has converged (the last 3 windows of 1Mi IOs and the warm
+    /// figure within 0.25 points), at most 200 million IOs and
+    /// --max-seconds; a fio job with a size runs as fio would.
     #[arg(long)]
     ios: Option<u64>,
+    /// Without --ios: stop replaying after this many seconds if the hit
+    /// ratios have not converged by then (the output then says so).
+    #[arg(long, default_value_t = 45.0)]
+    max_seconds: f64,
     /// Cache sizes to try, comma separated (e.g. 1G,10G,100G).
     #[arg(long, value_delimiter = ',', value_parser = parse_size, required = true)]
     cache_sizes: Vec<u64>,
@@ -118,14 +125,13 @@ pub fn run(a: &SimArgs) -> Result<()> {
                 bail!("say what to simulate: --trace FILE, --fio-job FILE or --workload zipf:1.2")
             }
         };
-        let blocks = (a.size / a.bs.max(1)) * a.jobs as u64;
         Input::Workload(Workload {
             distribution: dist,
             rwmixread: a.rwmixread,
             block_size: a.bs,
             size: a.size,
             jobs: a.jobs,
-            ios: a.ios.unwrap_or(blocks.min(20_000_000)),
+            ios: a.ios.unwrap_or(tiercache_sim::OPEN_ENDED_IO_BOUND),
             ..Workload::default()
         })
     };
@@ -149,6 +155,12 @@ pub fn run(a: &SimArgs) -> Result<()> {
         queue_depth: a.queue_depth,
         ..SimSpec::default()
     };
+    if a.ios.is_none() && a.trace.is_none() {
+        spec.converge = Some(tiercache_sim::Convergence {
+            max_seconds: a.max_seconds,
+            ..Default::default()
+        });
+    }
     if a.no_opt {
         spec.opt = None;
     }

@@ -4,14 +4,23 @@
 //! overriding): `rw`/`readwrite`, `rwmixread`/`rwmixwrite`,
 //! `random_distribution`, `bs`/`blocksize` (the read value of `R,W`),
 //! `size`, `numjobs`, `norandommap`, `randseed`, `number_ios`,
-//! `io_size`/`io_limit`, `time_based`. Everything else is ignored and listed
-//! in [`FioJob::notes`].
+//! `io_size`/`io_limit`, `loops`, `time_based`. Everything else is ignored
+//! and listed in [`FioJob::notes`].
 //!
-//! Number of IOs: `number_ios` per job if given, else `io_size / bs` per job,
-//! else one pass over the file (`size / bs`) per job, as fio does without
-//! `time_based`. A `time_based` job has no IO count fio would know up front:
-//! we simulate ten passes and say so in the notes; set [`Workload::ios`] to
-//! change it.
+//! Number of IOs per job, as fio counts them:
+//! - without `time_based`: `loops` (default 1) times one pass, a pass being
+//!   `io_size / bs` if `io_size` is given, else `size / bs`. fio performs IOs
+//!   "until it has exhausted the size of the region set by size=";
+//!   `number_ios=N` only stops a job early (fio compares the IOs done with
+//!   `number_ios * loops`), it never extends it: `min(number_ios, pass)`
+//!   per loop. So `size=128m bs=4k number_ios=150000` is 32,768 IOs, and
+//!   `number_ios=1000` on the same job is 1,000.
+//! - `time_based`: fio repeats the job until `runtime`, which is not
+//!   modelled. With `number_ios` the job stops there (`number_ios * loops`);
+//!   without it the job is open-ended ([`FioJob::open_ended`]): the
+//!   simulator runs it until its hit ratios converge (see
+//!   [`crate::simulate::Convergence`]), or, without a convergence rule, ten
+//!   passes. The notes say which.
 
 use crate::error::{Error, Result};
 use crate::synth::{Distribution, Workload};
@@ -26,6 +35,9 @@ pub struct FioJob {
     pub workload: Workload,
     /// Options ignored, assumptions made.
     pub notes: Vec<String>,
+    /// `time_based` without `number_ios`: fio would know no IO count up
+    /// front; `workload.ios` is then ten passes, a placeholder.
+    pub open_ended: bool,
 }
 
 /// Options that change nothing about the block access pattern we model.
@@ -164,6 +176,7 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
     let mut time_based = false;
     let mut number_ios = None;
     let mut io_size = None;
+    let mut loops = 1u64;
     for (k, (v, line)) in &opts {
         let line = *line;
         match k.as_str() {
@@ -233,7 +246,13 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
             "randseed" => w.seed = int_of(v, line, k)?,
             "number_ios" => number_ios = Some(int_of(v, line, k)?),
             "io_size" | "io_limit" => io_size = Some(size_of(v, line, k)?),
-            "time_based" => time_based = true,
+            "time_based" => time_based = !matches!(v.as_str(), "0" | "false"),
+            "loops" => {
+                loops = int_of(v, line, k)?;
+                if loops == 0 {
+                    return Err(err(line, "loops must be at least 1".into()));
+                }
+            }
             other if HARMLESS.contains(&other) => {}
             other => notes.push(format!("option '{other}' ignored")),
         }
@@ -248,20 +267,30 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
     if w.block_size == 0 {
         return Err(Error::Config("bs must not be 0".into()));
     }
-    let per_job = match (number_ios, io_size) {
-        (Some(n), _) => n,
-        (None, Some(b)) => b / w.block_size,
-        (None, None) => {
-            let pass = w.size / w.block_size;
-            if time_based {
+    let pass = match io_size {
+        Some(b) => b / w.block_size,
+        None => w.size / w.block_size,
+    };
+    let mut open_ended = false;
+    let per_job = match (time_based, number_ios) {
+        (false, Some(n)) => {
+            if n > pass {
                 notes.push(format!(
-                    "time_based: simulating 10 passes over each file ({} IOs per job); set ios to change",
-                    pass.saturating_mul(10)
+                    "number_ios={n} only stops a job early: fio ends each loop after {pass} IOs ({} / bs)",
+                    if io_size.is_some() { "io_size" } else { "size" }
                 ));
-                pass.saturating_mul(10)
-            } else {
-                pass
             }
+            n.min(pass).saturating_mul(loops)
+        }
+        (false, None) => pass.saturating_mul(loops),
+        (true, Some(n)) => n.saturating_mul(loops),
+        (true, None) => {
+            open_ended = true;
+            notes.push(format!(
+                "time_based: runtime is not modelled; simulating 10 passes over each file ({} IOs per job); set ios to change",
+                pass.saturating_mul(10)
+            ));
+            pass.saturating_mul(10)
         }
     };
     w.ios = per_job.saturating_mul(w.jobs as u64);
@@ -270,6 +299,7 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
         name: name.clone(),
         workload: w,
         notes,
+        open_ended,
     })
 }
 
@@ -336,6 +366,44 @@ write_iops_log=/var/tmp/fio-${FIOTEST}
         );
         assert_eq!(b.workload.ios, (64 << 20) / 16384);
         assert!(parse_fio_job(text, Some("c")).is_err());
+    }
+
+    #[test]
+    fn number_ios_only_stops_a_job_early() {
+        let job = |extra: &str| {
+            let text = format!("[j]\nrw=randread\nbs=4k\nsize=128m\nnumjobs=2\n{extra}");
+            parse_fio_job(&text, None).unwrap()
+        };
+        // fio does 128m / 4k = 32768 IOs per job, number_ios cannot extend it.
+        let j = job("number_ios=150000\n");
+        assert_eq!(j.workload.ios, 2 * 32_768);
+        assert!(
+            j.notes.iter().any(|n| n.contains("only stops")),
+            "{:?}",
+            j.notes
+        );
+        assert_eq!(job("number_ios=1000\n").workload.ios, 2 * 1000);
+        assert_eq!(job("").workload.ios, 2 * 32_768);
+        // loops repeats the job, number_ios caps each loop.
+        assert_eq!(job("loops=3\n").workload.ios, 2 * 3 * 32_768);
+        assert_eq!(
+            job("loops=3\nnumber_ios=150000\n").workload.ios,
+            2 * 3 * 32_768
+        );
+        assert_eq!(job("loops=3\nnumber_ios=100\n").workload.ios, 2 * 3 * 100);
+        // io_size sets the pass instead of size.
+        assert_eq!(job("io_size=256m\n").workload.ios, 2 * 65_536);
+        assert_eq!(
+            job("io_size=256m\nnumber_ios=100000\n").workload.ios,
+            2 * 65_536
+        );
+        // time_based: number_ios is the only count; without it, open-ended.
+        let t = job("time_based=1\nnumber_ios=150000\n");
+        assert_eq!((t.workload.ios, t.open_ended), (2 * 150_000, false));
+        let t = job("time_based\n");
+        assert!(t.open_ended);
+        assert!(!job("time_based=0\n").open_ended);
+        assert!(parse_fio_job("[j]\nloops=0\n", None).is_err());
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub use opt::OptVariant;
 pub use report::{render_table, to_json, write_outputs, OutputPaths};
 pub use simulate::{
     default_policies, parse_cache_sizes, parse_policy, policy_label, simulate, CleanerSpec,
-    ConfigResult, ConfigRunner, MrcSpec, Phase, Progress, RequestSource, SimReport, SimSpec,
+    ConfigResult, ConfigRunner, Convergence, ConvergenceReport, MrcSpec, Phase, Progress,
+    RequestSource, SimReport, SimSpec, WarmResult,
 };
 pub use synth::{Distribution, Workload};
 pub use trace::{open_trace, Request, TraceFormat, TraceOptions, TraceReader};
@@ -63,7 +64,10 @@ pub enum Input {
     /// A synthetic workload.
     Workload(Workload),
     /// A fio job file, mapped onto a workload; `ios` overrides the number of
-    /// IOs derived from the job.
+    /// IOs derived from the job. A job with no IO count fio would know up
+    /// front (`time_based` without `number_ios`) runs until converged when
+    /// the spec has [`SimSpec::converge`] (bounded by
+    /// [`OPEN_ENDED_IO_BOUND`]), else ten passes.
     FioJob {
         path: PathBuf,
         section: Option<String>,
@@ -71,22 +75,31 @@ pub enum Input {
     },
 }
 
-fn describe(w: &Workload) -> String {
+fn describe(w: &Workload, until_converged: bool) -> String {
     format!(
-        "synthetic {} bs={} size={} jobs={} rwmixread={} seq={} ios={} seed={}",
+        "synthetic {} bs={} size={} jobs={} rwmixread={} seq={} ios{}{} seed={}",
         w.distribution,
         report::fmt_bytes(w.block_size),
         report::fmt_bytes(w.size),
         w.jobs,
         w.rwmixread,
         w.sequential_share,
+        if until_converged { "<=" } else { "=" },
         w.ios,
         w.seed
     )
 }
 
+/// The IO bound of a run until convergence when the input sets none (a
+/// `time_based` fio job): memory for OPT is 8 bytes per block reference.
+pub const OPEN_ENDED_IO_BOUND: u64 = 200_000_000;
+
 /// Opens `input` and runs [`simulate`] on it. Notes from a fio job file
 /// (ignored options, assumptions) are added to the report's notes.
+///
+/// [`SimSpec::converge`] applies to synthetic workloads (stop early once
+/// converged, the workload's `ios` being the bound) and to open-ended fio
+/// jobs; a trace or a fio job with a definite IO count is replayed whole.
 pub fn run(
     input: &Input,
     spec: &SimSpec,
@@ -96,11 +109,20 @@ pub fn run(
         Input::Trace { path, options } => {
             let mut r = open_trace(path, options)?;
             let name = format!("{} ({})", path.display(), r.format());
-            simulate(&mut r, &name, spec, progress)
+            let spec = SimSpec {
+                converge: None,
+                ..spec.clone()
+            };
+            simulate(&mut r, &name, &spec, progress)
         }
         Input::Workload(w) => {
             let mut s = w.requests()?;
-            simulate(&mut s, &describe(w), spec, progress)
+            simulate(
+                &mut s,
+                &describe(w, spec.converge.is_some()),
+                spec,
+                progress,
+            )
         }
         Input::FioJob { path, section, ios } => {
             let text = std::fs::read_to_string(path)
@@ -113,15 +135,27 @@ pub fn run(
                 },
                 other => other,
             })?;
+            let mut spec = spec.clone();
             if let Some(n) = ios {
                 job.workload.ios = *n;
+                spec.converge = None;
+            } else if !job.open_ended {
+                spec.converge = None;
+            } else if spec.converge.is_some() {
+                job.workload.ios = OPEN_ENDED_IO_BOUND;
+                job.notes.retain(|n| !n.starts_with("time_based"));
+                job.notes.push(format!(
+                    "time_based: runtime is not modelled; simulating until the hit ratios converge, at most {} IOs",
+                    report::fmt_count(OPEN_ENDED_IO_BOUND)
+                ));
             }
+            let spec = &spec;
             let mut s = job.workload.requests()?;
             let name = format!(
                 "{} [{}]: {}",
                 path.display(),
                 job.name,
-                describe(&job.workload)
+                describe(&job.workload, spec.converge.is_some())
             );
             let mut rep = simulate(&mut s, &name, spec, progress)?;
             rep.notes.extend(job.notes);

@@ -57,17 +57,58 @@ pub fn opt_misses(
     capacity: u64,
     variant: OptVariant,
 ) -> u64 {
+    opt_run(ids, next, n_ids, capacity, variant).misses
+}
+
+/// Where OPT's cache first became full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OptFill {
+    /// References replayed up to and including the one that filled it.
+    pub refs: u64,
+    /// Misses up to then.
+    pub misses: u64,
+    /// Distinct ids seen up to then.
+    pub distinct: u64,
+}
+
+/// One OPT run: its misses and where its cache first became full (`None`
+/// when the stream has fewer distinct ids than `capacity`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OptRun {
+    pub misses: u64,
+    pub fill: Option<OptFill>,
+}
+
+/// [`opt_misses`] that also says where the cache first became full. `ids`
+/// must be numbered in order of first appearance (as
+/// [`IdMap`](crate::idmap::IdMap) numbers them): a reference is a first
+/// touch exactly when its id equals the number of ids seen before it.
+pub fn opt_run(
+    ids: &[u32],
+    next: &[u32],
+    n_ids: usize,
+    capacity: u64,
+    variant: OptVariant,
+) -> OptRun {
     assert_eq!(ids.len(), next.len());
     if capacity == 0 {
-        return ids.len() as u64;
+        return OptRun {
+            misses: ids.len() as u64,
+            fill: Some(OptFill::default()),
+        };
     }
     let cap = capacity.min(n_ids as u64) as usize;
     let mut resident = vec![false; n_ids];
     let mut count = 0usize;
     let mut heap: BinaryHeap<(u32, u32)> = BinaryHeap::with_capacity(cap + 1);
     let mut misses = 0u64;
+    let mut distinct = 0u64;
+    let mut fill = None;
     for (i, (&id, &nu)) in ids.iter().zip(next).enumerate() {
         let now = i as u32;
+        if id as u64 == distinct {
+            distinct += 1;
+        }
         let r = &mut resident[id as usize];
         if *r {
             // The entry keyed `now` is stale from here on.
@@ -78,6 +119,13 @@ pub fn opt_misses(
                 *r = true;
                 count += 1;
                 heap.push((nu, id));
+                if count as u64 == capacity {
+                    fill = Some(OptFill {
+                        refs: i as u64 + 1,
+                        misses,
+                        distinct,
+                    });
+                }
             } else {
                 // Drop stale entries to find the farthest resident block.
                 while heap.peek().is_some_and(|e| e.0 <= now) {
@@ -100,7 +148,7 @@ pub fn opt_misses(
             heap.retain(|e| e.0 > now);
         }
     }
-    misses
+    OptRun { misses, fill }
 }
 
 #[cfg(test)]
@@ -165,5 +213,22 @@ mod tests {
         let next = next_uses(&ids, 2);
         assert_eq!(opt_misses(&ids, &next, 2, 1, OptVariant::Demand), 3);
         assert_eq!(opt_misses(&ids, &next, 2, 1, OptVariant::Bypass), 2);
+    }
+
+    #[test]
+    fn fill_point_counts_misses_and_first_touches() {
+        // ids in order of first appearance: 0 1 0 2 1 3
+        let ids = [0u32, 1, 0, 2, 1, 3];
+        let next = next_uses(&ids, 4);
+        let r = opt_run(&ids, &next, 4, 2, OptVariant::Demand);
+        assert_eq!(
+            r.fill,
+            Some(OptFill {
+                refs: 2,
+                misses: 2,
+                distinct: 2
+            })
+        );
+        assert_eq!(opt_run(&ids, &next, 4, 5, OptVariant::Demand).fill, None);
     }
 }

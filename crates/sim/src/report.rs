@@ -25,6 +25,11 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
+/// A count with a metric suffix: `950`, `12.3k`, `1.35M`, `2.10G`.
+pub fn fmt_count(n: u64) -> String {
+    human(n as f64)
+}
+
 fn pct(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
 }
@@ -49,6 +54,17 @@ fn human(n: f64) -> String {
     } else {
         format!("{n:.0}")
     }
+}
+
+fn first_touch(n: u64, misses: u64) -> String {
+    if misses == 0 {
+        return "0".into();
+    }
+    format!(
+        "{} ({:.0}%)",
+        human(n as f64),
+        100.0 * n as f64 / misses as f64
+    )
 }
 
 /// A plain-text report: a header describing the input and the spec, then
@@ -109,6 +125,8 @@ pub fn render_table(r: &SimReport) -> String {
         "read hit",
         "write hit",
         "miss",
+        "warm hit",
+        "first-touch misses",
         "promoted",
         "demoted",
         "writeback",
@@ -147,6 +165,11 @@ pub fn render_table(r: &SimReport) -> String {
                     pct(c.write_hit_ratio)
                 },
                 pct(c.miss_ratio),
+                c.warm.map_or("-".into(), |w| pct(w.hit_ratio)),
+                first_touch(
+                    c.first_touch_misses,
+                    (k.read_misses + k.write_misses).max(c.first_touch_misses),
+                ),
                 k.promotions.to_string(),
                 k.demotions.to_string(),
                 (k.writebacks).to_string(),
@@ -174,6 +197,8 @@ pub fn render_table(r: &SimReport) -> String {
                 "".into(),
                 "".into(),
                 pct(o.miss_ratio),
+                o.warm.map_or("-".into(), |w| pct(w.hit_ratio)),
+                first_touch(o.first_touch_misses, o.misses),
             ]);
         }
         if let Some(m) = &r.mrc {
@@ -220,6 +245,10 @@ pub fn render_table(r: &SimReport) -> String {
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
+    let _ = writeln!(
+        out,
+        "warm hit: block hit ratio from the moment that configuration's cache first became full (- = it never did); first-touch misses: misses on blocks never referenced before (no cache can avoid them), with their share of the row's misses"
+    );
     let _ = writeln!(
         out,
         "latencies in microseconds (model: {}); IOPS = min(queue depth / mean latency, device limits); simulated in {:.1} s",

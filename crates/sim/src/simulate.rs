@@ -26,7 +26,7 @@ use crate::device::{DeviceModel, LatencyHistogram};
 use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::mrc::{Mrc, MrcBuilder, MrcMethod};
-use crate::opt::{next_uses, opt_misses, OptVariant};
+use crate::opt::{next_uses, opt_run, OptRun, OptVariant};
 use crate::trace::{Request, TraceReader};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -98,6 +98,66 @@ pub struct SimSpec {
     pub mrc: Option<MrcSpec>,
     /// Worker threads; 0 = available parallelism.
     pub threads: usize,
+    /// Stop as soon as every configuration's warm hit ratio has converged
+    /// (see [`Convergence`]); `None` replays the whole input.
+    #[serde(default)]
+    pub converge: Option<Convergence>,
+}
+
+/// When a run may stop early because its answers no longer change: the
+/// steady-state rule.
+///
+/// The stream is cut into windows of `window` requests (rounded up to whole
+/// chunks of [`CHUNK`]). A configuration's window hit ratio is its block
+/// hit ratio (reads and writes) over one window that began with its cache
+/// already full. The run has converged at the end of a window when every
+/// configuration that runs has at least `windows` such windows and its last
+/// `windows` window hit ratios and its warm hit ratio so far (from the
+/// moment its cache first became full) all lie within `tolerance` of each
+/// other (max - min). A drift shows up as a gap between the recent windows
+/// and the warm figure, noise as a spread between windows. The run also
+/// stops at the end of the input (the IO bound of a synthetic workload) or
+/// after `max_seconds` of replay, and then says it has not converged.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Convergence {
+    /// Requests per window.
+    pub window: u64,
+    /// Windows that must agree.
+    pub windows: u32,
+    /// Largest spread of hit ratios (0..1) counted as agreement.
+    pub tolerance: f64,
+    /// Replay time bound in seconds.
+    pub max_seconds: f64,
+}
+
+impl Default for Convergence {
+    /// Windows of 2^20 requests, 3 of them, within 0.25 points, at most 45 s.
+    fn default() -> Self {
+        Convergence {
+            window: 1 << 20,
+            windows: 3,
+            tolerance: 0.0025,
+            max_seconds: 45.0,
+        }
+    }
+}
+
+impl Convergence {
+    /// The rule in one sentence, for reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "stop when, for every configuration, the hit ratios of the last {} windows of {} requests (each begun with the cache full) and the warm hit ratio lie within {:.2} points of each other; at most {:.0} s of replay",
+            self.windows,
+            self.window_requests(),
+            self.tolerance * 100.0,
+            self.max_seconds
+        )
+    }
+
+    /// `window` rounded up to whole chunks.
+    pub fn window_requests(&self) -> u64 {
+        self.window.max(1).div_ceil(CHUNK as u64) * CHUNK as u64
+    }
 }
 
 impl Default for SimSpec {
@@ -118,6 +178,7 @@ impl Default for SimSpec {
             opt: Some(OptVariant::Bypass),
             mrc: Some(MrcSpec::default()),
             threads: 0,
+            converge: None,
         }
     }
 }
@@ -307,6 +368,48 @@ pub struct ConfigResult {
     pub iops: f64,
     /// What bounds `iops`: `latency`, `slow device` or `fast device`.
     pub iops_limited_by: String,
+    /// Misses on blocks never referenced before (compulsory misses): the
+    /// same for every configuration of a run, since no cache can hold a
+    /// block it has not seen.
+    pub first_touch_misses: u64,
+    /// Figures counted from the moment the cache first became full; `None`
+    /// when it never did.
+    pub warm: Option<WarmResult>,
+    /// Convergence runs: the hit ratios of the last windows begun with the
+    /// cache full, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_hit_ratios: Vec<f64>,
+}
+
+/// The warm part of a run: from the request after the one that first filled
+/// the cache to the end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WarmResult {
+    /// Requests replayed when the cache became full (that request included).
+    pub filled_at_request: u64,
+    /// Block references (reads and writes) in the warm part.
+    pub block_refs: u64,
+    pub hits: u64,
+    /// `hits / block_refs` (0 when there were none).
+    pub hit_ratio: f64,
+    /// Misses in the warm part on blocks never referenced before.
+    pub first_touch_misses: u64,
+}
+
+impl WarmResult {
+    fn new(filled_at_request: u64, block_refs: u64, hits: u64, first_touch_misses: u64) -> Self {
+        WarmResult {
+            filled_at_request,
+            block_refs,
+            hits,
+            hit_ratio: if block_refs == 0 {
+                0.0
+            } else {
+                hits as f64 / block_refs as f64
+            },
+            first_touch_misses,
+        }
+    }
 }
 
 /// OPT at one cache size.
@@ -317,6 +420,11 @@ pub struct OptResult {
     pub variant: OptVariant,
     pub misses: u64,
     pub miss_ratio: f64,
+    /// Misses on blocks never referenced before.
+    pub first_touch_misses: u64,
+    /// From the reference after the one that filled OPT's cache; `None`
+    /// when it never filled. `filled_at_request` counts block references.
+    pub warm: Option<WarmResult>,
 }
 
 /// The LRU miss-ratio curve in a report.
@@ -349,7 +457,7 @@ pub struct TraceSummary {
     pub empty_requests: u64,
     /// Block references (requests split into cache blocks).
     pub block_refs: u64,
-    /// Distinct blocks referenced (known when OPT or an exact MRC ran).
+    /// Distinct blocks referenced.
     pub unique_blocks: Option<u64>,
     /// Time of the last request in seconds (virtual time).
     pub duration_s: f64,
@@ -371,6 +479,21 @@ pub struct SimReport {
     /// Wall-clock seconds the simulation took.
     pub elapsed_s: f64,
     pub notes: Vec<String>,
+    /// Set when the spec asked to stop at convergence.
+    #[serde(default)]
+    pub convergence: Option<ConvergenceReport>,
+}
+
+/// How a run with [`SimSpec::converge`] ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConvergenceReport {
+    /// The rule, in words.
+    pub rule: String,
+    pub converged: bool,
+    /// Requests replayed.
+    pub requests: u64,
+    /// `converged`, `time bound`, or `end of input` (the IO bound).
+    pub stopped_by: String,
 }
 
 // Plan classes, indexes into cost tables.
@@ -412,6 +535,10 @@ pub struct ConfigRunner {
     slow_busy: u128,
     cleaner: Option<(u32, u32)>,
     cleaner_writebacks: u64,
+    /// Requests seen (zero-length ones included).
+    requests: u64,
+    /// (requests, hits, block refs) when the cache first became full.
+    fill: Option<(u64, u64, u64)>,
 }
 
 impl ConfigRunner {
@@ -461,6 +588,8 @@ impl ConfigRunner {
                 _ => None,
             },
             cleaner_writebacks: 0,
+            requests: 0,
+            fill: None,
         };
         for class in 0..6u8 {
             let (l, f, s) = r.cost(class, bs);
@@ -507,6 +636,7 @@ impl ConfigRunner {
     /// ignored.
     #[inline]
     pub fn process(&mut self, r: &Request) {
+        self.requests += 1;
         if r.len == 0 {
             return;
         }
@@ -556,6 +686,34 @@ impl ConfigRunner {
                 self.clean(low);
             }
         }
+        if self.fill.is_none() {
+            let rep = self.d.replacement();
+            if rep.len() >= rep.capacity() {
+                let (hits, refs) = self.hits_refs();
+                self.fill = Some((self.requests, hits, refs));
+            }
+        }
+    }
+
+    /// Block hits and block references (reads and writes) so far.
+    pub fn hits_refs(&self) -> (u64, u64) {
+        let c = self.d.counters();
+        (
+            c.read_hits + c.write_hits,
+            c.read_hits + c.read_misses + c.write_hits + c.write_misses,
+        )
+    }
+
+    /// Requests seen when the cache first became full, if it has.
+    pub fn filled_at(&self) -> Option<u64> {
+        self.fill.map(|f| f.0)
+    }
+
+    /// The warm hit ratio so far (from the request after the fill).
+    pub fn warm_hit_ratio(&self) -> Option<f64> {
+        let (_, fh, fr) = self.fill?;
+        let (h, r) = self.hits_refs();
+        (r > fr).then(|| (h - fh) as f64 / (r - fr) as f64)
     }
 
     /// Writes dirty blocks back in origin order until at most `low` remain.
@@ -621,22 +779,37 @@ impl ConfigRunner {
             latency: LatencySummary::of(&self.hist),
             iops,
             iops_limited_by: limit.to_string(),
+            // Filled in by `simulate`, which knows which blocks were new.
+            first_touch_misses: 0,
+            warm: self.fill.map(|(at, fh, fr)| {
+                let (h, r) = self.hits_refs();
+                WarmResult::new(at, r - fr, h - fh, 0)
+            }),
+            window_hit_ratios: Vec::new(),
         }
     }
 }
 
-/// The block-level analysis: trace summary, dense ids for OPT, the MRC.
+/// The block-level analysis: trace summary, dense ids (the seen-set that
+/// counts first touches, and OPT's input), the MRC.
 struct BlockTask {
     shift: u32,
     summary: TraceSummary,
-    ids: Option<IdMap>,
+    ids: IdMap,
     refs: Option<Vec<u32>>,
     mrc: Option<MrcBuilder>,
     exact: bool,
+    /// Distinct blocks seen after each request of the current chunk.
+    distinct_after: Vec<u64>,
 }
 
 impl BlockTask {
     fn process(&mut self, r: &Request) {
+        self.process_blocks(r);
+        self.distinct_after.push(self.ids.len() as u64);
+    }
+
+    fn process_blocks(&mut self, r: &Request) {
         let s = &mut self.summary;
         s.requests += 1;
         s.duration_s = r.time.as_secs_f64().max(s.duration_s);
@@ -658,14 +831,15 @@ impl BlockTask {
         let last = (r.offset.saturating_add(r.len) - 1) >> self.shift;
         s.block_refs += last - first + 1;
         for b in first..=last {
-            let id = self.ids.as_mut().map(|m| m.get_or_insert(b).0);
-            if let (Some(v), Some(id)) = (self.refs.as_mut(), id) {
+            let id = self.ids.get_or_insert(b).0;
+            if let Some(v) = self.refs.as_mut() {
                 v.push(id);
             }
             if let Some(m) = self.mrc.as_mut() {
-                match (self.exact, id) {
-                    (true, Some(id)) => m.access_dense(id),
-                    _ => m.access(b),
+                if self.exact {
+                    m.access_dense(id)
+                } else {
+                    m.access(b)
                 }
             }
         }
@@ -686,6 +860,7 @@ impl Task {
                 }
             }
             Task::Blocks(b) => {
+                b.distinct_after.clear();
                 for q in chunk {
                     b.process(q);
                 }
@@ -754,10 +929,11 @@ pub fn simulate(
     let block_task = BlockTask {
         shift: bs.trailing_zeros(),
         summary: TraceSummary::default(),
-        ids: (spec.opt.is_some() || exact).then(IdMap::default),
+        ids: IdMap::default(),
         refs: spec.opt.is_some().then(Vec::new),
         mrc: spec.mrc.map(|m| MrcBuilder::new(m.method, m.bucket_blocks)),
         exact,
+        distinct_after: Vec::with_capacity(CHUNK),
     };
     tasks.push(Mutex::new(Task::Blocks(Box::new(block_task))));
     for &size in &spec.cache_sizes {
@@ -782,6 +958,9 @@ pub fn simulate(
                     latency: LatencySummary::default(),
                     iops: 0.0,
                     iops_limited_by: String::new(),
+                    first_touch_misses: 0,
+                    warm: None,
+                    window_hit_ratios: Vec::new(),
                 })),
             }
         }
@@ -791,6 +970,13 @@ pub fn simulate(
     let mut next = Vec::with_capacity(CHUNK);
     read_chunk(source, &mut chunk)?;
     let mut done: u64 = 0;
+    // Per config task (index into `tasks`): distinct blocks seen when its
+    // cache became full.
+    let mut distinct_at_fill: Vec<Option<u64>> = vec![None; tasks.len()];
+    let mut conv = spec.converge.map(|c| ConvergeState::new(c, tasks.len()));
+    let mut stopped_by = "end of input";
+    // (requests, distinct blocks) after each chunk.
+    let mut distinct_hist: Vec<(u64, u64)> = Vec::new();
     while !chunk.is_empty() {
         let counter = AtomicUsize::new(0);
         let read = std::thread::scope(|s| {
@@ -806,15 +992,39 @@ pub fn simulate(
             read_chunk(source, &mut next)
         });
         read?;
+        let chunk_start = done;
         done += chunk.len() as u64;
+        note_fills(
+            &tasks,
+            chunk_start,
+            &mut distinct_at_fill,
+            &mut distinct_hist,
+        );
         std::mem::swap(&mut chunk, &mut next);
+        let mut fraction = source.fraction_done();
+        if let Some(c) = conv.as_ref() {
+            // The time bound usually comes first.
+            let t = (started.elapsed().as_secs_f64() / c.spec.max_seconds).min(1.0);
+            fraction = Some(fraction.map_or(t, |f| f.max(t)));
+        }
         progress(&Progress {
             phase: Phase::Replay,
             requests: done,
-            fraction: source.fraction_done(),
+            fraction,
         });
+        if let Some(c) = conv.as_mut() {
+            if c.check(&tasks, done) {
+                stopped_by = "converged";
+                break;
+            }
+            if !chunk.is_empty() && started.elapsed().as_secs_f64() >= c.spec.max_seconds {
+                stopped_by = "time bound";
+                break;
+            }
+        }
     }
 
+    let replay_s = started.elapsed().as_secs_f64();
     // Collect per-config results and the block task.
     let mut tasks = tasks
         .into_iter()
@@ -822,11 +1032,6 @@ pub fn simulate(
     let Some(Task::Blocks(blocks)) = tasks.next() else {
         unreachable!("the block task is first")
     };
-    for (task, slot) in tasks.zip(config_slot) {
-        if let Task::Config(r) = task {
-            configs[slot] = Some(r.result(spec.queue_depth));
-        }
-    }
     let BlockTask {
         mut summary,
         ids,
@@ -834,7 +1039,21 @@ pub fn simulate(
         mrc,
         ..
     } = *blocks;
-    summary.unique_blocks = ids.as_ref().map(|m| m.len() as u64);
+    let distinct = ids.len() as u64;
+    for (i, (task, slot)) in tasks.zip(config_slot).enumerate() {
+        if let Task::Config(r) = task {
+            let mut res = r.result(spec.queue_depth);
+            res.first_touch_misses = distinct;
+            if let (Some(w), Some(d)) = (res.warm.as_mut(), distinct_at_fill[i + 1]) {
+                w.first_touch_misses = distinct - d;
+            }
+            if let Some(c) = conv.as_ref() {
+                res.window_hit_ratios = c.windows[i + 1].iter().copied().collect();
+            }
+            configs[slot] = Some(res);
+        }
+    }
+    summary.unique_blocks = Some(distinct);
     summary.timestamps = source.has_timestamps();
     if !summary.timestamps {
         summary.duration_s = 0.0;
@@ -842,14 +1061,15 @@ pub fn simulate(
 
     // OPT per size, in parallel.
     let mut opt = Vec::new();
-    if let (Some(variant), Some(refs), Some(ids)) = (spec.opt, refs, ids.as_ref()) {
+    if let (Some(variant), Some(refs)) = (spec.opt, refs) {
         if refs.len() >= u32::MAX as usize {
             notes.push("OPT skipped: 2^32 or more block references".into());
         } else {
             let n_ids = ids.len() as usize;
             let next_use = next_uses(&refs, n_ids);
             let sizes: Vec<u64> = spec.cache_sizes.clone();
-            let results: Vec<Mutex<Option<u64>>> = sizes.iter().map(|_| Mutex::new(None)).collect();
+            let results: Vec<Mutex<Option<OptRun>>> =
+                sizes.iter().map(|_| Mutex::new(None)).collect();
             let counter = AtomicUsize::new(0);
             let finished = AtomicUsize::new(0);
             let threads = threads_for(spec, sizes.len());
@@ -860,7 +1080,7 @@ pub fn simulate(
                         if i >= sizes.len() {
                             break;
                         }
-                        let m = opt_misses(&refs, &next_use, n_ids, sizes[i] / bs as u64, variant);
+                        let m = opt_run(&refs, &next_use, n_ids, sizes[i] / bs as u64, variant);
                         *results[i].lock().expect("opt lock") = Some(m);
                         finished.fetch_add(1, Ordering::Relaxed);
                     });
@@ -872,7 +1092,9 @@ pub fn simulate(
                 fraction: Some(finished.load(Ordering::Relaxed) as f64 / sizes.len().max(1) as f64),
             });
             for (size, m) in sizes.iter().zip(results) {
-                let misses = m.into_inner().expect("opt lock").unwrap_or(0);
+                let run = m.into_inner().expect("opt lock").unwrap_or_default();
+                let misses = run.misses;
+                let n = refs.len() as u64;
                 opt.push(OptResult {
                     cache_bytes: *size,
                     cache_blocks: size / bs as u64,
@@ -883,6 +1105,16 @@ pub fn simulate(
                     } else {
                         misses as f64 / refs.len() as f64
                     },
+                    first_touch_misses: distinct,
+                    warm: run.fill.map(|f| {
+                        let warm_refs = n - f.refs;
+                        WarmResult::new(
+                            f.refs,
+                            warm_refs,
+                            warm_refs - (misses - f.misses),
+                            distinct - f.distinct,
+                        )
+                    }),
                 });
             }
         }
@@ -916,6 +1148,20 @@ pub fn simulate(
             full: Some(m),
         }
     });
+    let configs: Vec<ConfigResult> = configs
+        .into_iter()
+        .map(|c| c.expect("every config ran"))
+        .collect();
+    notes.extend(fill_notes(
+        spec,
+        &configs,
+        distinct,
+        &distinct_hist,
+        done as f64 / replay_s.max(1e-9),
+    ));
+    if let Some(c) = conv.as_ref() {
+        notes.push(convergence_note(c, stopped_by, done, &configs));
+    }
     if spec.mode == CacheMode::WriteBack && spec.cleaner.is_none() {
         notes.push("writeback without a cleaner: dirty blocks are never written back".into());
     }
@@ -928,13 +1174,232 @@ pub fn simulate(
         source: source_name.to_string(),
         spec: spec.clone(),
         trace: summary,
-        configs: configs
-            .into_iter()
-            .map(|c| c.expect("every config ran"))
-            .collect(),
+        configs,
         opt,
         mrc,
         elapsed_s: started.elapsed().as_secs_f64(),
         notes,
+        convergence: conv.map(|c| ConvergenceReport {
+            rule: c.spec.describe(),
+            converged: stopped_by == "converged",
+            requests: done,
+            stopped_by: stopped_by.to_string(),
+        }),
     })
+}
+
+/// Records, for configurations whose cache became full during the chunk
+/// just replayed (it began at request `chunk_start`), how many distinct
+/// blocks had been seen by then.
+fn note_fills(
+    tasks: &[Mutex<Task>],
+    chunk_start: u64,
+    distinct_at_fill: &mut [Option<u64>],
+    distinct_hist: &mut Vec<(u64, u64)>,
+) {
+    let blocks = tasks[0].lock().expect("task lock");
+    let Task::Blocks(b) = &*blocks else {
+        unreachable!("the block task is first")
+    };
+    distinct_hist.push((
+        chunk_start + b.distinct_after.len() as u64,
+        b.ids.len() as u64,
+    ));
+    for (i, t) in tasks.iter().enumerate().skip(1) {
+        if distinct_at_fill[i].is_some() {
+            continue;
+        }
+        if let Task::Config(r) = &*t.lock().expect("task lock") {
+            if let Some(at) = r.filled_at() {
+                let idx = (at - chunk_start) as usize - 1;
+                distinct_at_fill[i] = b.distinct_after.get(idx).copied();
+            }
+        }
+    }
+}
+
+/// Window bookkeeping for [`Convergence`].
+struct ConvergeState {
+    spec: Convergence,
+    window: u64,
+    /// Per task: (hits, refs) at the start of the current window, if the
+    /// cache was full then.
+    start: Vec<Option<(u64, u64)>>,
+    /// Per task: the last `windows` window hit ratios.
+    windows: Vec<std::collections::VecDeque<f64>>,
+}
+
+impl ConvergeState {
+    fn new(spec: Convergence, tasks: usize) -> Self {
+        ConvergeState {
+            spec,
+            window: spec.window_requests(),
+            start: vec![None; tasks],
+            windows: vec![Default::default(); tasks],
+        }
+    }
+
+    /// At a window boundary, records the window just ended and says
+    /// whether every configuration has converged.
+    fn check(&mut self, tasks: &[Mutex<Task>], done: u64) -> bool {
+        if done.checked_rem(self.window) != Some(0) {
+            return false;
+        }
+        let k = self.spec.windows.max(1) as usize;
+        let mut all = true;
+        for (i, t) in tasks.iter().enumerate().skip(1) {
+            let Task::Config(r) = &*t.lock().expect("task lock") else {
+                continue;
+            };
+            let (h, n) = r.hits_refs();
+            if let Some((h0, n0)) = self.start[i] {
+                let w = &mut self.windows[i];
+                w.push_back(if n > n0 {
+                    (h - h0) as f64 / (n - n0) as f64
+                } else {
+                    0.0
+                });
+                if w.len() > k {
+                    w.pop_front();
+                }
+            }
+            self.start[i] = r.filled_at().map(|_| (h, n));
+            let w = &self.windows[i];
+            let ok = w.len() == k
+                && r.warm_hit_ratio().is_some_and(|warm| {
+                    let lo = w.iter().copied().fold(warm, f64::min);
+                    let hi = w.iter().copied().fold(warm, f64::max);
+                    hi - lo <= self.spec.tolerance
+                });
+            all &= ok;
+        }
+        all
+    }
+}
+
+/// Requests after which `target` distinct blocks would have been seen, by
+/// a power law fitted to the distinct-block counts at half the run and at
+/// its end; `None` when the growth has (nearly) stopped.
+pub fn requests_to_reach(hist: &[(u64, u64)], target: u64) -> Option<u64> {
+    let &(n1, d1) = hist.last()?;
+    let &(n0, d0) = hist.iter().find(|h| h.0 * 2 >= n1)?;
+    if n0 == 0 || d0 == 0 || n0 >= n1 || d1 <= d0 {
+        return None;
+    }
+    let a = (d1 as f64 / d0 as f64).ln() / (n1 as f64 / n0 as f64).ln();
+    if a < 0.02 {
+        return None;
+    }
+    let n = n1 as f64 * (target as f64 / d1 as f64).powf(1.0 / a);
+    (n.is_finite() && n < 1e18).then_some(n as u64)
+}
+
+/// Notes for caches that never became full: their figures are cold-start
+/// figures. One note per cache size when no configuration of it filled,
+/// per configuration otherwise.
+fn fill_notes(
+    spec: &SimSpec,
+    configs: &[ConfigResult],
+    distinct: u64,
+    hist: &[(u64, u64)],
+    requests_per_s: f64,
+) -> Vec<String> {
+    use crate::report::{fmt_bytes, fmt_count};
+    let bs = spec.block_size as u64;
+    let mut notes = Vec::new();
+    let mut sizes = spec.cache_sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    for size in sizes {
+        let of_size: Vec<&ConfigResult> = configs
+            .iter()
+            .filter(|c| c.cache_bytes == size && c.error.is_none())
+            .collect();
+        let unfilled: Vec<&&ConfigResult> = of_size.iter().filter(|c| c.warm.is_none()).collect();
+        if unfilled.is_empty() {
+            continue;
+        }
+        let blocks = size / bs;
+        if distinct < blocks {
+            let mut n = format!(
+                "{}: cache never filled: the input touches only {} of its {} blocks ({} of {}); hit ratios are cold-start figures",
+                fmt_bytes(size),
+                fmt_count(distinct),
+                fmt_count(blocks),
+                fmt_bytes(distinct * bs),
+                fmt_bytes(size)
+            );
+            if let Some(r) = requests_to_reach(hist, blocks) {
+                let _ = std::fmt::Write::write_fmt(
+                    &mut n,
+                    format_args!(
+                        " (at this input's rate of new blocks, filling it takes about {} requests, about {:.0} s of replay at this run's speed)",
+                        fmt_count(r),
+                        r as f64 / requests_per_s
+                    ),
+                );
+            }
+            notes.push(n);
+        } else {
+            for c in unfilled {
+                notes.push(format!(
+                    "{} {}: cache never filled ({} of {} blocks resident at the end); hit ratios are cold-start figures",
+                    fmt_bytes(size),
+                    c.policy,
+                    fmt_count(c.counters.resident),
+                    fmt_count(blocks)
+                ));
+            }
+        }
+    }
+    notes
+}
+
+fn convergence_note(
+    c: &ConvergeState,
+    stopped_by: &str,
+    done: u64,
+    configs: &[ConfigResult],
+) -> String {
+    use crate::report::fmt_count;
+    if stopped_by == "converged" {
+        return format!(
+            "steady state: converged after {} requests ({})",
+            fmt_count(done),
+            c.spec.describe()
+        );
+    }
+    let unsettled: Vec<String> = configs
+        .iter()
+        .filter(|r| r.error.is_none())
+        .filter(|r| {
+            let w = &r.window_hit_ratios;
+            match r.warm {
+                None => true,
+                Some(warm) => {
+                    w.len() < c.spec.windows.max(1) as usize || {
+                        let lo = w.iter().copied().fold(warm.hit_ratio, f64::min);
+                        let hi = w.iter().copied().fold(warm.hit_ratio, f64::max);
+                        hi - lo > c.spec.tolerance
+                    }
+                }
+            }
+        })
+        .map(|r| format!("{} {}", crate::report::fmt_bytes(r.cache_bytes), r.policy))
+        .collect();
+    format!(
+        "NOT CONVERGED: stopped by the {} after {} requests; not yet steady: {}; the warm figures of these are not steady-state answers (rule: {})",
+        if stopped_by == "time bound" {
+            "time bound"
+        } else {
+            "IO bound"
+        },
+        fmt_count(done),
+        if unsettled.len() > 8 {
+            format!("{} configurations, e.g. {}", unsettled.len(), unsettled[..4].join(", "))
+        } else {
+            unsettled.join(", ")
+        },
+        c.spec.describe()
+    )
 }
