@@ -98,11 +98,11 @@ impl Adaptive {
         let mini_capacity = ((capacity as f64 * rate).round() as u32).max(1);
         let epoch_len = EPOCH_ACCESSES.max(2 * mini_capacity as u64);
         Adaptive {
-            live: S3Fifo::with_small_ratio(capacity, SHARES[PRIOR]),
+            live: S3Fifo::compact(capacity, SHARES[PRIOR]),
             minis: SHARES
                 .iter()
                 .map(|&r| Mini {
-                    cache: S3Fifo::with_small_ratio(mini_capacity, r),
+                    cache: S3Fifo::compact(mini_capacity, r),
                     misses: 0.0,
                 })
                 .collect(),
@@ -277,9 +277,10 @@ mod tests {
     #[test]
     fn mini_caches_cost_a_bounded_amount_of_ram() {
         let capacity = 1 << 20;
-        let minis = Adaptive::new(capacity).memory_bytes() - S3Fifo::new(capacity).memory_bytes();
-        // Six minis of about MINI_BLOCKS blocks at ~45 B each.
-        assert!(minis < SHARES.len() * MINI_BLOCKS as usize * 64, "{minis}");
+        let minis =
+            Adaptive::new(capacity).memory_bytes() - S3Fifo::compact(capacity, 0.1).memory_bytes();
+        // Six minis of about MINI_BLOCKS blocks at ~24 B each.
+        assert!(minis < SHARES.len() * MINI_BLOCKS as usize * 32, "{minis}");
         assert!(minis > SHARES.len() * MINI_BLOCKS as usize * 20, "{minis}");
     }
 }
