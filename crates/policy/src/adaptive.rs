@@ -283,4 +283,11 @@ mod tests {
         assert!(minis < SHARES.len() * MINI_BLOCKS as usize * 32, "{minis}");
         assert!(minis > SHARES.len() * MINI_BLOCKS as usize * 20, "{minis}");
     }
+
+    #[test]
+    fn at_most_25_bytes_per_block_at_1m_blocks() {
+        let capacity = 1 << 20;
+        let per_block = Adaptive::new(capacity).memory_bytes() as f64 / capacity as f64;
+        assert!(per_block <= 25.0, "{per_block:.2} B per block");
+    }
 }
