@@ -135,11 +135,8 @@ impl Adaptive {
             return;
         }
         for m in &mut self.minis {
-            if m.cache.lookup(o).is_some() {
-                m.cache.touch(o, Access::Read, now);
-            } else {
+            if !m.cache.access(o, now) {
                 m.misses += 1.0;
-                m.cache.insert(o, now);
             }
         }
         self.epoch_left -= 1;

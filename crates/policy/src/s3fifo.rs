@@ -256,6 +256,21 @@ impl S3Fifo {
             .or_else(|| self.evict_main())
     }
 
+    /// One read of `o` as a cache simulation sees it, with a single index
+    /// probe: a hit bumps the frequency, a miss inserts. Returns whether it
+    /// hit. The same as `lookup` then `touch` or `insert` (the
+    /// mini-caches of [`crate::Adaptive`] run this).
+    pub fn access(&mut self, o: OriginBlock, now: Time) -> bool {
+        if let Some(c) = self.slots.lookup(o) {
+            let f = self.freq(c);
+            self.set_freq(c, f.saturating_add(1));
+            true
+        } else {
+            self.insert(o, now);
+            false
+        }
+    }
+
     /// The first block in `list` order, among the first `PEEK_SCAN`, with
     /// the lowest `key`; stops at the first with key 0.
     fn scan_min(&self, list: u8, key: impl Fn(u8) -> u8) -> Option<CacheBlock> {
