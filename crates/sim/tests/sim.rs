@@ -379,7 +379,11 @@ fn policies_parse() {
     assert_eq!(policy_label(&PolicyConfig::default()), "adaptive+always");
     let all = default_policies();
     assert_eq!(all[0], PolicyConfig::default());
-    assert_eq!(all.len(), ReplacementKind::ALL.len(), "each stack once: {all:?}");
+    assert_eq!(
+        all.len(),
+        ReplacementKind::ALL.len(),
+        "each stack once: {all:?}"
+    );
 }
 
 #[test]
