@@ -35,9 +35,9 @@
 //! ghost and `p` unchanged. `remove` (invalidation) drops the block without
 //! a ghost, as libCacheSim's `ARC_remove`.
 //!
-//! Memory per cache block: the [`SlotTable`] (~22.5 B) and the ghosts, kept
-//! exactly (origin ids) in a second [`SlotTable`] of `c` entries (~22.5 B):
-//! ~45 B in all.
+//! Memory per cache block: the [`SlotTable`] (~21.7 B) and the ghosts, kept
+//! exactly (origin ids) in a second [`SlotTable`] of `c` entries (~21.7 B):
+//! ~43.4 B in all.
 
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};

@@ -44,7 +44,7 @@
 //! 64: 92.6, 16: 92.9, 8: 93.2, 4: 93.2. Eight levels keep most of the gain
 //! and still order blocks by frequency.
 //!
-//! Memory per block: the [`SlotTable`] (~22.5 B) + 1 hit bit = ~22.6 B
+//! Memory per block: the [`SlotTable`] (~21.7 B) + 1 hit bit = ~21.8 B
 //! (the kernel's smq needs ~25 B).
 
 use crate::slots::SlotTable;
