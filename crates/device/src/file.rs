@@ -788,7 +788,8 @@ mod tests {
         let e = FileDevice::open_using(&p, DirectIo::Require, refuse_direct).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert!(e.to_string().contains("nodirect"), "{e}");
-        drop(d); // one owner at a time
+        // One owner at a time.
+        drop(d);
         // Where O_DIRECT works, Auto uses it and says nothing.
         let d = FileDevice::open(&p).unwrap();
         assert_eq!(d.direct_io(), d.warning().is_none());
