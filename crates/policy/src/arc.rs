@@ -273,15 +273,7 @@ impl Replacement for Arc {
 mod tests {
     use super::*;
 
-    fn get(p: &mut Arc, o: u64) -> bool {
-        if p.lookup(OriginBlock(o)).is_some() {
-            p.touch(OriginBlock(o), Access::Read, Time(0));
-            true
-        } else {
-            p.insert(OriginBlock(o), Time(0)).unwrap();
-            false
-        }
-    }
+    use crate::test_access as get;
 
     #[test]
     fn a_scan_does_not_flush_blocks_seen_twice() {

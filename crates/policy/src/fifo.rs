@@ -121,15 +121,7 @@ impl Replacement for Fifo {
 mod tests {
     use super::*;
 
-    fn get(p: &mut Fifo, o: u64) -> bool {
-        if p.lookup(OriginBlock(o)).is_some() {
-            p.touch(OriginBlock(o), Access::Read, Time(0));
-            true
-        } else {
-            p.insert(OriginBlock(o), Time(0)).unwrap();
-            false
-        }
-    }
+    use crate::test_access as get;
 
     #[test]
     fn evicts_in_insertion_order_whatever_the_hits() {

@@ -253,6 +253,20 @@ impl PolicyConfig {
     }
 }
 
+/// One read of `o` through `p` for unit tests: a touch when resident, else
+/// an insertion (which must succeed). Returns whether it was a hit.
+#[cfg(test)]
+pub(crate) fn test_access(p: &mut dyn Replacement, o: u64) -> bool {
+    let o = OriginBlock(o);
+    if p.lookup(o).is_some() {
+        p.touch(o, Access::Read, Time(0));
+        true
+    } else {
+        p.insert(o, Time(0)).expect("an insertion");
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

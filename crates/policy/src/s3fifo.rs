@@ -405,15 +405,7 @@ impl Replacement for S3Fifo {
 mod tests {
     use super::*;
 
-    fn get(p: &mut S3Fifo, o: u64) -> bool {
-        if p.lookup(OriginBlock(o)).is_some() {
-            p.touch(OriginBlock(o), Access::Read, Time(0));
-            true
-        } else {
-            p.insert(OriginBlock(o), Time(0)).unwrap();
-            false
-        }
-    }
+    use crate::test_access as get;
 
     #[test]
     fn one_hit_wonders_leave_through_the_small_fifo() {

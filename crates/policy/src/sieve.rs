@@ -187,15 +187,7 @@ impl Replacement for Sieve {
 mod tests {
     use super::*;
 
-    fn get(p: &mut Sieve, o: u64) -> bool {
-        if p.lookup(OriginBlock(o)).is_some() {
-            p.touch(OriginBlock(o), Access::Read, Time(0));
-            true
-        } else {
-            p.insert(OriginBlock(o), Time(0)).unwrap();
-            false
-        }
-    }
+    use crate::test_access as get;
 
     fn evict_next(p: &mut Sieve, o: u64) -> Option<OriginBlock> {
         let peek = p.peek_victim();
