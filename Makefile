@@ -19,6 +19,7 @@ deps:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 
 # Every tool a test needs is installed by `deps`, so under `make test` a test
 # that finds one missing fails instead of skipping (crates/testkit).

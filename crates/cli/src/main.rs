@@ -55,9 +55,9 @@ enum Command {
     /// Reproduce the field study side by side (fio over NBD): report, plots.
     Bench(tiercache_bench::BenchArgs),
     /// Draw the bench plots of fio runs made elsewhere (e.g. the VM lab's
-    /// anchors bench): every fio-<run>.out (fio's json+ report) in DIR with
-    /// its iops-<run>_iops.N.log files; one IOPS and one latency plot per
-    /// group (the part of <run> after its last '-').
+    /// anchors bench): every `fio-<run>.out` (fio's json+ report) in DIR with
+    /// its `iops-<run>_iops.N.log` files; one IOPS and one latency plot per
+    /// group (the part of `<run>` after its last '-').
     PlotFio {
         /// Directory holding the fio reports and IOPS logs.
         dir: std::path::PathBuf,

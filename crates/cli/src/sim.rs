@@ -23,7 +23,7 @@ pub struct SimArgs {
     /// Trace format instead of detection: fio, blkparse, msr, tencent,
     /// alibaba, spc (UMass Financial/WebSearch; one volume per ASU), vscsi
     /// (libCacheSim CloudPhysics binary, VSCSI1 or VSCSI2),
-    /// oracleGeneral[:UNIT] (libCacheSim binary; obj_id is the offset in
+    /// `oracleGeneral[:UNIT]` (libCacheSim binary; obj_id is the offset in
     /// UNIT: byte (default), sector or block:BYTES), or csv:MAPPING (e.g.
     /// csv:time=0,op=1,op_read=R,offset=2,len=3,unit=sector; a sector offset
     /// with a byte length: offset_unit=sector,len_unit=byte).

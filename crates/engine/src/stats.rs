@@ -38,7 +38,7 @@ pub struct EngineStats {
     pub policy: String,
     pub block_size: u32,
     pub sequential_cutoff: u64,
-    /// "ok", or "failed: <reason>" once the cache device was taken out of use.
+    /// "ok", or `"failed: <reason>"` once the cache device was taken out of use.
     pub cache_state: String,
     pub backing_bytes: u64,
     pub decisions: Counters,

@@ -4,7 +4,7 @@ use crate::handshake::TlsPhase;
 use crate::tls::TlsConfig;
 use std::time::Duration;
 
-/// Tunables of a [`Server`]. `Default` gives sensible values.
+/// Tunables of a [`crate::Server`]. `Default` gives sensible values.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Connections served at once. When all are taken, a new connection

@@ -23,7 +23,7 @@ enum ListenerKind {
     Tcp(TcpListener),
 }
 
-/// A bound listening socket for [`Server::serve`]. A Unix socket listener
+/// A bound listening socket for [`crate::Server::serve`]. A Unix socket listener
 /// removes its socket file when dropped (if the file is still its own).
 pub struct Listener {
     kind: ListenerKind,

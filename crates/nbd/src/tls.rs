@@ -11,9 +11,9 @@
 //!   interoperates with (TLS 1.3 external PSK with (EC)DHE, or TLS 1.2
 //!   `ECDHE-PSK`/`PSK` suites).
 //!
-//! Both sit behind one internal interface ([`Session`]): a TLS state machine
+//! Both sit behind one internal interface (`Session`): a TLS state machine
 //! fed with ciphertext and drained of ciphertext, never touching the socket
-//! itself. [`TlsStream`] puts it on a socket so that one thread can read
+//! itself. `TlsStream` puts it on a socket so that one thread can read
 //! while others write: the connection's reader blocks in the socket read
 //! without holding the session lock, and writers encrypt under the lock but
 //! send under a separate one. That keeps the server's threading (a reader

@@ -172,7 +172,7 @@ impl Default for PolicyConfig {
 
 /// The policy's label, `replacement+admission` (e.g. `adaptive+always`):
 /// shown in stats, written to the cache's superblock, and read back by
-/// [`PolicyConfig::from_str`], the one parser of labels.
+/// its `FromStr`, the one parser of labels.
 impl std::fmt::Display for PolicyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}+{}", self.replacement, self.admission)

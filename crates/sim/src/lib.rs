@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Modules: [`trace`] (readers), [`synth`] and [`fiojob`] (workloads),
-//! [`simulate`] (the driver), [`opt`], [`mrc`], [`device`], [`report`],
+//! [`simulate()`] (the driver), [`opt`], [`mrc`], [`device`], [`report`],
 //! [`plot`].
 
 pub mod device;
@@ -94,7 +94,7 @@ fn describe(w: &Workload, until_converged: bool) -> String {
 /// `time_based` fio job): memory for OPT is 8 bytes per block reference.
 pub const OPEN_ENDED_IO_BOUND: u64 = 200_000_000;
 
-/// Opens `input` and runs [`simulate`] on it. Notes from a fio job file
+/// Opens `input` and runs [`simulate()`] on it. Notes from a fio job file
 /// (ignored options, assumptions) are added to the report's notes.
 ///
 /// [`SimSpec::converge`] applies to synthetic workloads (stop early once

@@ -7,7 +7,7 @@
 //! `begin(offset, len, access, time)`, then `plan_read` or `plan_write`
 //! for every block the request touches (`full_block` = the request covers
 //! the whole block), then `finish`. The plans are priced by the
-//! [`DeviceModel`](crate::device::DeviceModel).
+//! [`crate::device::DeviceModel`].
 //!
 //! Writeback mode: a simple cleaner (if enabled) writes dirty blocks back in
 //! origin order whenever more than `high_dirty` of the cache is dirty, down

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A fixed set of threads running [`Job`]s in submission order.
+/// A fixed set of threads running jobs in submission order.
 pub struct WorkerPool {
     jobs: Option<mpsc::Sender<Job>>,
     threads: Vec<JoinHandle<()>>,
