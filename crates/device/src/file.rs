@@ -5,6 +5,7 @@
 //! descriptor, so any number of threads may have IOs in flight at once.
 
 use crate::aligned::{is_aligned, AlignedBuf};
+use crate::exclusive::{busy_kind, lock_exclusive, ExclusiveLock};
 use crate::{check_range, BlockDevice};
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
@@ -41,6 +42,9 @@ pub enum DirectIo {
 /// A [`BlockDevice`] over a regular file or a block device node.
 pub struct FileDevice {
     file: File,
+    /// Dropped after `file` (fields drop in order), whose closing releases
+    /// the kernel lock.
+    _lock: ExclusiveLock,
     path: PathBuf,
     size: u64,
     alignment: u64,
@@ -186,9 +190,10 @@ impl FileDevice {
             }
         }
 
-        lock_exclusive(&file, path)?;
+        let lock = lock_exclusive(&file, path)?;
         Ok(FileDevice {
             file,
+            _lock: lock,
             path: path.to_path_buf(),
             size,
             alignment,
@@ -322,69 +327,6 @@ fn open_rw(path: &Path, direct: bool) -> io::Result<File> {
 }
 
 /// The kind of error for a device in use (EBUSY's).
-fn busy_kind() -> io::ErrorKind {
-    io::Error::from_raw_os_error(libc::EBUSY).kind()
-}
-
-/// Takes an exclusive `flock` on `file` for as long as it stays open, so
-/// that two processes never both write one device: a second `tiercache
-/// serve` on a cache already served, or a backing device already behind
-/// another cache, is refused with the holder named (from `/proc/locks`).
-/// The lock goes with the process: `kill -9` releases it.
-fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
-    // SAFETY: flock on a descriptor `file` keeps open; no pointers involved.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-        return Err(path_error(path, "cannot lock", e));
-    }
-    let holder = lock_holder(file);
-    let who = match holder {
-        Some(pid) if pid == std::process::id() => {
-            return Err(io::Error::new(
-                busy_kind(),
-                format!(
-                    "{}: opened twice by this command (is the same device given twice, \
-                     e.g. as both backing and cache?)",
-                    path.display()
-                ),
-            ))
-        }
-        Some(pid) => {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            format!("process {pid} ({})", comm.trim())
-        }
-        None => "another process".to_string(),
-    };
-    Err(io::Error::new(
-        busy_kind(),
-        format!(
-            "{}: in use by {who}, which holds it open for writing (another `tiercache serve` \
-             of this device?); two writers would corrupt it: stop that one first",
-            path.display()
-        ),
-    ))
-}
-
-/// The pid holding a `flock` on `file`'s inode, from `/proc/locks` (lines
-/// such as `1: FLOCK ADVISORY WRITE 4242 fd:01:1311 0 EOF`).
-fn lock_holder(file: &File) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = file.metadata().ok()?;
-    let dev = meta.dev();
-    let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    std::fs::read_to_string("/proc/locks")
-        .ok()?
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f.len() > 5 && f[1] == "FLOCK" && f[5] == id)
-        .and_then(|f| f[4].parse().ok())
-}
-
 fn blk_size(file: &File, path: &Path) -> io::Result<u64> {
     let mut size: u64 = 0;
     // SAFETY: the fd is open for the life of `file`; BLKGETSIZE64 writes one
@@ -566,28 +508,29 @@ mod tests {
             .spawn()
             .expect("flock(1) from util-linux");
         drop(first);
+        // Until flock(1) has taken the lock, our opens succeed; once it has,
+        // the refusal names it. Any other refusal is kept as the last word.
+        let named = format!("in use by process {}", holder.id());
         let start = std::time::Instant::now();
-        let e = loop {
+        let mut last = String::new();
+        while !last.contains(&named) {
+            assert!(
+                start.elapsed().as_secs() < 10,
+                "flock(1) never named as the holder; last: {last:?}"
+            );
             match FileDevice::open(&p) {
-                Err(e) => break e,
-                Ok(d) => {
-                    // flock(1) has not taken it yet.
-                    drop(d);
-                    assert!(
-                        start.elapsed().as_secs() < 10,
-                        "flock(1) never took the lock"
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                Err(e) => {
+                    assert_eq!(e.kind(), busy_kind(), "{e}");
+                    last = e.to_string();
                 }
+                Ok(d) => drop(d),
             }
-        };
-        let msg = e.to_string();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(last.contains("(flock)"), "{last}");
+        assert!(!last.contains("opened twice"), "{last}");
         let _ = holder.kill();
         let _ = holder.wait();
-        assert!(
-            msg.contains(&format!("in use by process {}", holder.id())),
-            "{msg}"
-        );
         // The lock goes with its holder.
         FileDevice::open(&p).unwrap();
     }

@@ -25,6 +25,7 @@
 mod aligned;
 mod counting;
 mod crash;
+mod exclusive;
 mod fault;
 mod file;
 mod hdd;

@@ -1,0 +1,132 @@
+//! One writer per device: an exclusive `flock` held for as long as a
+//! [`FileDevice`](crate::FileDevice) is open, so that two processes never
+//! both write one device (a second `tiercache serve` on a cache already
+//! served, or a backing device already behind another cache, is refused
+//! with the holder named). The lock goes with the process: `kill -9`
+//! releases it.
+//!
+//! Whether the holder is this very process (one device given twice, e.g.
+//! as both backing and cache) is known from a registry kept here, not
+//! guessed from `/proc/locks`; `/proc/locks` only names another holder.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+
+/// A device's identity: the `(st_dev, st_ino)` of the open file.
+type Identity = (u64, u64);
+
+/// How many open devices of this process hold the lock of each identity
+/// (at most one but for the instant between one closing its descriptor and
+/// dropping its [`ExclusiveLock`] while another takes the lock).
+fn registry() -> &'static Mutex<HashMap<Identity, usize>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<Identity, usize>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+/// The `io::ErrorKind` of EBUSY (`ResourceBusy`, named without needing a
+/// newer Rust than the workspace's minimum).
+pub(crate) fn busy_kind() -> io::ErrorKind {
+    io::Error::from_raw_os_error(libc::EBUSY).kind()
+}
+
+/// This process's claim on one device, taken by [`lock_exclusive`]. The
+/// kernel lock itself is released when the file's descriptor closes; this
+/// guard only keeps the registry true, so drop it after the file.
+#[derive(Debug)]
+pub(crate) struct ExclusiveLock {
+    identity: Identity,
+}
+
+impl Drop for ExclusiveLock {
+    fn drop(&mut self) {
+        let mut held = registry().lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.identity) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.identity);
+            }
+        }
+    }
+}
+
+/// Takes an exclusive, non-blocking `flock` on `file` (opened from `path`).
+///
+/// Fails with kind EBUSY and a message that says who holds it: this same
+/// process ("opened twice by this command"), another process named by pid
+/// and command from `/proc/locks`, or "another process" when that cannot
+/// be read.
+pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<ExclusiveLock> {
+    let meta = file
+        .metadata()
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot stat: {e}", path.display())))?;
+    let identity = (meta.dev(), meta.ino());
+    // SAFETY: flock on a descriptor `file` keeps open; no pointers involved.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        *registry()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(identity)
+            .or_default() += 1;
+        return Ok(ExclusiveLock { identity });
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        return Err(io::Error::new(
+            e.kind(),
+            format!("{}: cannot lock: {e}", path.display()),
+        ));
+    }
+    let ours = registry()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(&identity);
+    if ours {
+        return Err(io::Error::new(
+            busy_kind(),
+            format!(
+                "{}: opened twice by this command (is the same device given twice, \
+                 e.g. as both backing and cache?)",
+                path.display()
+            ),
+        ));
+    }
+    let who = match lock_holder(identity) {
+        Some(pid) => {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("process {pid} ({})", comm.trim())
+        }
+        None => "another process".to_string(),
+    };
+    Err(io::Error::new(
+        busy_kind(),
+        format!(
+            "{}: in use by {who}, which holds it open for writing (another `tiercache serve` \
+             of this device?); two writers would corrupt it: stop that one first",
+            path.display()
+        ),
+    ))
+}
+
+/// The pid of another process holding a `flock` on the inode `identity`,
+/// from `/proc/locks` (lines such as `1: FLOCK ADVISORY WRITE 4242
+/// fd:01:1311 0 EOF`; waiters, marked `->`, are skipped). Lines naming this
+/// process are skipped too: a lock it took is known from the registry, and
+/// such a line can only be a descriptor of ours briefly inherited by a
+/// child between its fork and exec.
+fn lock_holder((dev, ino): Identity) -> Option<u32> {
+    let id = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
+    let me = std::process::id();
+    std::fs::read_to_string("/proc/locks")
+        .ok()?
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 5 && f[1] == "FLOCK" && f[5] == id)
+        .filter_map(|f| f[4].parse().ok())
+        .find(|&pid| pid != me && pid > 0)
+}
