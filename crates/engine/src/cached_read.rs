@@ -1,0 +1,102 @@
+//! A hit read by the front end itself (ublk's io_uring reads the cache
+//! device's fd): the engine plans and pins, the caller reads the pieces.
+
+use crate::locks;
+use crate::stats::IoCounters;
+use crate::Engine;
+use tiercache_policy::director::ReadPlan;
+use tiercache_types::{Access, CacheBlock, OriginBlock};
+
+/// A cache hit being read by the caller (see [`Engine::begin_cached_read`]):
+/// until it is finished or dropped, the range cannot be written and its
+/// slots cannot be reused.
+pub struct CachedRange<'a> {
+    engine: &'a Engine,
+    _locked: locks::StripeGuard<'a>,
+    pinned: Vec<CacheBlock>,
+    /// The cache device's file.
+    pub fd: std::os::fd::RawFd,
+    /// (offset on the cache device, offset in the caller's buffer, bytes),
+    /// covering the whole range in buffer order.
+    pub pieces: Vec<(u64, usize, usize)>,
+}
+
+impl CachedRange<'_> {
+    /// Ends the read with the outcome of reading every piece. Ok: the data
+    /// is the block's (counted as hit bytes). Err: the error is counted as
+    /// a cache read error and the caller must read the range again with
+    /// [`Engine::read`], which handles the failing cache device (its
+    /// data counts twice in `read_bytes` then).
+    pub fn finish(self, result: std::io::Result<()>) -> std::io::Result<()> {
+        match result {
+            Ok(()) => {
+                let n: usize = self.pieces.iter().map(|p| p.2).sum();
+                IoCounters::add(&self.engine.io.read_hit_bytes, n as u64);
+                Ok(())
+            }
+            Err(e) => {
+                self.engine.cache_error(&e, false);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for CachedRange<'_> {
+    fn drop(&mut self) {
+        for &c in &self.pinned {
+            self.engine.slots.unpin(c);
+        }
+    }
+}
+
+impl Engine {
+    /// For a front end that reads the cache device itself (ublk's
+    /// io_uring): if `offset..offset + len` can be served at once (as for
+    /// [`Engine::read_if_cached`]), plans and counts the read as `read`
+    /// would and returns where the data is: the cache device's fd and the
+    /// pieces to read into the caller's buffer. The range stays locked
+    /// against writes and its slots pinned until the returned
+    /// [`CachedRange`] is finished or dropped. None, having changed
+    /// nothing, when the read cannot be served so, or the cache device has
+    /// no fd to read ([`BlockDevice::raw_read_fd`](tiercache_device::BlockDevice::raw_read_fd)).
+    pub fn begin_cached_read(&self, offset: u64, len: u64) -> Option<CachedRange<'_>> {
+        let fd = self.cache.raw_read_fd()?;
+        if len == 0 || self.check(offset, len).is_err() {
+            return None;
+        }
+        let blocks = self.blocks_of(offset, len);
+        let locked = self.locks.try_shared(blocks.clone())?;
+        let now = self.clock.now();
+        let mut pinned = Vec::with_capacity((blocks.end - blocks.start) as usize);
+        let mut d = self.director.lock();
+        if !self.all_ready_hits(&d, blocks.clone()) {
+            return None;
+        }
+        IoCounters::add(&self.io.read_bytes, len);
+        self.note_client_io(now);
+        let mut io = d.begin(offset, len, Access::Read, now);
+        let mut pieces = Vec::with_capacity(pinned.capacity());
+        for b in blocks {
+            // Every block was checked a ready hit in this critical section,
+            // so the plan is a hit and the pin holds.
+            match d.plan_read(&mut io, OriginBlock(b), now) {
+                ReadPlan::Hit(c) if self.slots.try_pin(c) => {
+                    pinned.push(c);
+                    let (dev_off, buf_off, n) = self.piece(b, offset, len);
+                    let within = dev_off - b * self.block_size;
+                    pieces.push((self.slot_offset(c) + within, buf_off, n));
+                }
+                _ => unreachable!("a ready hit planned as something else"),
+            }
+        }
+        d.finish(io);
+        Some(CachedRange {
+            engine: self,
+            _locked: locked,
+            pinned,
+            fd,
+            pieces,
+        })
+    }
+}

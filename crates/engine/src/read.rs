@@ -1,0 +1,217 @@
+//! Client reads: planned under the director's lock, then served from
+//! pinned cache slots and from the backing device in runs, promoting the
+//! blocks the policy admits.
+
+use crate::locks;
+use crate::slot_state::FillTicket;
+use crate::stats::IoCounters;
+use crate::{Engine, EngineError, Result};
+use tiercache_device::AlignedBuf;
+use tiercache_policy::director::ReadPlan;
+use tiercache_policy::Director;
+use tiercache_types::{Access, CacheBlock, OriginBlock};
+
+/// What to do with one block of a read, once planned.
+#[derive(Clone, Copy, Debug)]
+enum ReadStep {
+    /// Copy from this pinned slot.
+    Cache(CacheBlock),
+    /// Read the backing device.
+    Backing,
+    /// Read the backing device, then fill this slot (marked filling).
+    Promote(CacheBlock, FillTicket),
+}
+
+impl Engine {
+    /// Reads `buf.len()` bytes at `offset`. Offset and length must be
+    /// multiples of 512 and inside the device.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let blocks = self.blocks_of(offset, len);
+        let locked = self.locks.shared(blocks.clone());
+        self.read_locked(offset, buf, locked, false)
+            .expect("a read that may wait always runs")
+    }
+
+    /// [`Engine::read`], but only if it can be served at once: every block
+    /// of the range is in the cache (a hit, not being filled) and no write
+    /// holds it. Then the read is done, counted and returned exactly as
+    /// `read` would; otherwise nothing happens (no counter, no policy
+    /// change) and the result is None: call `read` (on a thread that may
+    /// wait for the backing device). For front ends whose request thread
+    /// must not wait on a slow device (a ublk queue, an NBD connection):
+    /// a hit then costs no hand-off to a worker thread. It still reads the
+    /// cache device synchronously.
+    pub fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        let len = buf.len() as u64;
+        if len == 0 || self.check(offset, len).is_err() {
+            return None;
+        }
+        let blocks = self.blocks_of(offset, len);
+        let locked = self.locks.try_shared(blocks)?;
+        self.read_locked(offset, buf, locked, true)
+    }
+
+    /// Whether every block of `blocks` is a read hit on a slot that holds
+    /// its data (not being filled). Call with the director locked; the
+    /// answer holds for as long as it stays locked.
+    pub(crate) fn all_ready_hits(&self, d: &Director, mut blocks: std::ops::Range<u64>) -> bool {
+        blocks.all(|b| {
+            d.read_hit_slot(OriginBlock(b))
+                .is_some_and(|c| self.slots.is_ready(c))
+        })
+    }
+
+    /// The read with the range's stripes locked shared. With
+    /// `only_if_cached`, returns None, having changed nothing, unless every
+    /// block is a ready hit (checked under the director, in the same
+    /// critical section that plans the read, so the plan finds the same).
+    fn read_locked(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        _locked: locks::StripeGuard<'_>,
+        only_if_cached: bool,
+    ) -> Option<Result<()>> {
+        let len = buf.len() as u64;
+        let blocks = self.blocks_of(offset, len);
+        let now = self.clock.now();
+        let first = blocks.start;
+        let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
+        {
+            let mut d = self.director.lock();
+            if only_if_cached && !self.all_ready_hits(&d, blocks.clone()) {
+                return None;
+            }
+            IoCounters::add(&self.io.read_bytes, len);
+            self.note_client_io(now);
+            let mut io = d.begin(offset, len, Access::Read, now);
+            for b in blocks.clone() {
+                steps.push(match d.plan_read(&mut io, OriginBlock(b), now) {
+                    ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
+                    ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
+                    ReadPlan::Promote(ins) => {
+                        self.slot_dropped(ins.evicted, ins.cblock);
+                        ReadStep::Promote(ins.cblock, self.slots.mark_filling(ins.cblock))
+                    }
+                });
+            }
+            d.finish(io);
+        }
+
+        let mut first_error = None;
+        // 1. Cached blocks. A failed cache read of a clean block falls back
+        //    to the backing device.
+        for (i, step) in steps.iter_mut().enumerate() {
+            let ReadStep::Cache(c) = *step else { continue };
+            let b = first + i as u64;
+            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let within = dev_off - b * self.block_size;
+            let r = self
+                .cache
+                .read_at(&mut buf[buf_off..buf_off + n], self.slot_offset(c) + within);
+            self.slots.unpin(c);
+            match r {
+                Ok(()) => IoCounters::add(&self.io.read_hit_bytes, n as u64),
+                Err(e) => {
+                    self.cache_error(&e, false);
+                    let mut d = self.director.lock();
+                    if d.replacement().is_dirty(OriginBlock(b)) {
+                        first_error.get_or_insert(EngineError::CacheDirty {
+                            device: self.cache.describe(),
+                            source: e,
+                        });
+                    } else {
+                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                            d.invalidate(OriginBlock(b));
+                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        }
+                        *step = ReadStep::Backing;
+                    }
+                }
+            }
+        }
+        // 2. Runs of blocks from the backing device, one IO per run.
+        let mut i = 0;
+        while i < steps.len() {
+            if matches!(steps[i], ReadStep::Cache(_)) {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            let mut promotes = false;
+            while j < steps.len() && !matches!(steps[j], ReadStep::Cache(_)) {
+                promotes |= matches!(steps[j], ReadStep::Promote(..));
+                j += 1;
+            }
+            let (b0, b1) = (first + i as u64, first + j as u64 - 1);
+            if let Err(e) = self.read_backing_run(b0, b1, &steps[i..j], promotes, offset, buf) {
+                first_error.get_or_insert(e);
+            }
+            i = j;
+        }
+        Some(match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        })
+    }
+
+    /// Reads blocks `b0..=b1` (none of them served from the cache) into the
+    /// client's buffer and fills the slots of those being promoted.
+    fn read_backing_run(
+        &self,
+        b0: u64,
+        b1: u64,
+        steps: &[ReadStep],
+        promotes: bool,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let len = buf.len() as u64;
+        let run_start = (b0 * self.block_size).max(offset);
+        let run_end = (self.block_span(b1).1).min(offset + len);
+        if !promotes {
+            let s = (run_start - offset) as usize;
+            let e = (run_end - offset) as usize;
+            return self
+                .backing
+                .read_at(&mut buf[s..e], run_start)
+                .map_err(|e| self.backing_err(e, false));
+        }
+        // Promotions need whole blocks: read the run's full blocks once.
+        let full_start = b0 * self.block_size;
+        let full_end = self.block_span(b1).1;
+        let mut tmp = AlignedBuf::new((full_end - full_start) as usize);
+        if let Err(e) = self.backing.read_at(&mut tmp, full_start) {
+            for (k, step) in steps.iter().enumerate() {
+                if let ReadStep::Promote(c, t) = *step {
+                    self.end_fill(b0 + k as u64, c, t, None);
+                }
+            }
+            return Err(self.backing_err(e, false));
+        }
+        let s = (run_start - full_start) as usize;
+        let n = (run_end - run_start) as usize;
+        let d = (run_start - offset) as usize;
+        buf[d..d + n].copy_from_slice(&tmp[s..s + n]);
+        for (k, step) in steps.iter().enumerate() {
+            let ReadStep::Promote(c, t) = *step else {
+                continue;
+            };
+            let b = b0 + k as u64;
+            let (bs, be) = self.block_span(b);
+            // A failed fill only costs the promotion; the read succeeded.
+            let _ = self.fill(
+                b,
+                c,
+                t,
+                &tmp[(bs - full_start) as usize..(be - full_start) as usize],
+            );
+        }
+        Ok(())
+    }
+}

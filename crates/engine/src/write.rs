@@ -1,0 +1,299 @@
+//! Client writes, write-zeroes and trims: planned under the director's
+//! lock, then cache slots written in place before the backing device,
+//! backing runs, and fills of newly allocated slots (the order `claims.rs`
+//! needs for crash safety).
+
+use crate::claims;
+use crate::slot_state::FillTicket;
+use crate::stats::IoCounters;
+use crate::{Engine, EngineError, Result};
+use tiercache_policy::director::WritePlan;
+use tiercache_types::{Access, CacheBlock, OriginBlock};
+
+/// What to do with one block of a write, once planned.
+#[derive(Clone, Copy, Debug)]
+struct WriteStep {
+    backing: bool,
+    /// The slot to write, pinned (existing mapping) or filling (allocated,
+    /// with its ticket).
+    cache: Option<CacheBlock>,
+    ticket: Option<FillTicket>,
+    /// The block was clean and this write makes it dirty in place.
+    newly_dirty: bool,
+}
+
+impl Engine {
+    /// Writes `data` at `offset`. With `fua`, the data is durable when this
+    /// returns. Offset and length must be multiples of 512 and inside the
+    /// device.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        let len = data.len() as u64;
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        IoCounters::add(&self.io.write_bytes, len);
+        let blocks = self.blocks_of(offset, len);
+        let _locked = self.locks.exclusive(blocks.clone());
+        let now = self.clock.now();
+        self.note_client_io(now);
+        let first = blocks.start;
+        let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
+        {
+            let mut d = self.director.lock();
+            let mut io = d.begin(offset, len, Access::Write, now);
+            for b in blocks.clone() {
+                let (bs, be) = self.block_span(b);
+                let full = offset <= bs && offset + len >= be;
+                let was_dirty = d.replacement().is_dirty(OriginBlock(b));
+                let was_in = d.replacement().lookup(OriginBlock(b));
+                let step = match d.plan_write(&mut io, OriginBlock(b), full, now) {
+                    WritePlan::Backing => {
+                        if let Some(c) = was_in {
+                            // Passthrough dropped the clean cached copy.
+                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        }
+                        WriteStep {
+                            backing: true,
+                            cache: None,
+                            ticket: None,
+                            newly_dirty: false,
+                        }
+                    }
+                    WritePlan::Through {
+                        cblock,
+                        allocated,
+                        evicted,
+                    }
+                    | WritePlan::Dirty {
+                        cblock,
+                        allocated,
+                        evicted,
+                    } => {
+                        let backing = !d.replacement().is_dirty(OriginBlock(b));
+                        if allocated {
+                            self.slot_dropped(evicted, cblock);
+                            WriteStep {
+                                backing,
+                                cache: Some(cblock),
+                                ticket: Some(self.slots.mark_filling(cblock)),
+                                newly_dirty: false,
+                            }
+                        } else if self.slots.try_pin(cblock) {
+                            WriteStep {
+                                backing,
+                                cache: Some(cblock),
+                                ticket: None,
+                                newly_dirty: !backing && !was_dirty,
+                            }
+                        } else {
+                            // Unreachable: we hold the block's stripe
+                            // exclusively, so no fill of it is under way.
+                            debug_assert!(
+                                false,
+                                "mapped slot of an exclusively locked block not ready"
+                            );
+                            d.invalidate(OriginBlock(b));
+                            self.slot_dropped(Some(OriginBlock(b)), cblock);
+                            WriteStep {
+                                backing: true,
+                                cache: None,
+                                ticket: None,
+                                newly_dirty: false,
+                            }
+                        }
+                    }
+                };
+                steps.push(step);
+            }
+            d.finish(io);
+        }
+
+        let mut first_error = None;
+        // 1. Cache writes in place, into pinned slots, before the backing
+        //    device (rule 2 of claims.rs) and before any fill (this thread
+        //    never waits for a fill while holding pins).
+        let mut flush_before_backing = false;
+        for (k, step) in steps.iter_mut().enumerate() {
+            let (Some(c), None) = (step.cache, step.ticket) else {
+                continue;
+            };
+            let b = first + k as u64;
+            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let within = dev_off - b * self.block_size;
+            let prev = self.claims.bump(c);
+            let durable = prev & claims::DURABLE != 0;
+            let r = self
+                .cache
+                .write_at(&data[buf_off..buf_off + n], self.slot_offset(c) + within);
+            self.slots.unpin(c);
+            match r {
+                Ok(()) if step.newly_dirty => {
+                    let d = self.director.lock();
+                    if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                        let e = self.dirty_entry(&d, OriginBlock(b));
+                        self.record(c, Some(e));
+                    }
+                }
+                Ok(()) => {
+                    if durable && step.backing {
+                        flush_before_backing = true;
+                        // Withdraw the old claim, so later writes need no
+                        // flush; the block stays cached, unclaimed.
+                        let d = self.director.lock();
+                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                            self.record(c, None);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.cache_error(&e, true);
+                    if step.backing {
+                        // Writethrough: the backing device gets the data;
+                        // drop the now stale cached copy.
+                        let mut d = self.director.lock();
+                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                            d.invalidate(OriginBlock(b));
+                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        }
+                        step.cache = None;
+                    } else {
+                        first_error.get_or_insert(EngineError::CacheDirty {
+                            device: self.cache.describe(),
+                            source: e,
+                        });
+                    }
+                }
+            }
+        }
+        if flush_before_backing {
+            if let Err(e) = self.cache.flush() {
+                // Counted; the cache is taken out of use after repeated
+                // errors. A crash now could leave an old clean claim that
+                // still verifies: the price of a failing cache device.
+                self.cache_error(&e, true);
+            }
+        }
+        // 2. Backing writes, one IO per run of consecutive blocks, once no
+        //    block of the IO is a zombie (rule 3 of claims.rs).
+        if steps.iter().any(|s| s.backing) {
+            self.settle_zombies(blocks.clone())?;
+        }
+        let mut i = 0;
+        while i < steps.len() {
+            if !steps[i].backing {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < steps.len() && steps[j].backing {
+                j += 1;
+            }
+            let (s, _, _) = self.piece(first + i as u64, offset, len);
+            let (ls, _, ln) = self.piece(first + j as u64 - 1, offset, len);
+            let e = ls + ln as u64;
+            let r = self
+                .backing
+                .write_at(&data[(s - offset) as usize..(e - offset) as usize], s);
+            if let Err(err) = r {
+                first_error.get_or_insert(self.backing_err(err, true));
+                // The backing range is now undefined; do not leave a cached
+                // copy that claims otherwise.
+                for (k, step) in steps[i..j].iter_mut().enumerate() {
+                    let Some(c) = step.cache.take() else { continue };
+                    let b = first + (i + k) as u64;
+                    match step.ticket {
+                        Some(t) => self.end_fill(b, c, t, None),
+                        None => {
+                            let mut d = self.director.lock();
+                            if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                                d.invalidate(OriginBlock(b));
+                                self.slot_dropped(Some(OriginBlock(b)), c);
+                            }
+                        }
+                    }
+                }
+            }
+            i = j;
+        }
+        // 3. Fills of newly allocated slots (the write covers each block).
+        for (k, step) in steps.iter().enumerate() {
+            let (Some(c), Some(t)) = (step.cache, step.ticket) else {
+                continue;
+            };
+            let b = first + k as u64;
+            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let piece = &data[buf_off..buf_off + n];
+            if self.fill(b, c, t, piece).is_err() && !step.backing {
+                // Writeback allocation failed (the promotion is undone): put
+                // the data on the backing device instead.
+                self.settle_zombies(b..b + 1)?;
+                if let Err(e) = self.backing.write_at(piece, dev_off) {
+                    first_error.get_or_insert(self.backing_err(e, true));
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes zeros over the range, like a write of a zero buffer.
+    pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.check(offset, len)?;
+        const CHUNK: u64 = 1 << 20;
+        let zeros = vec![0u8; CHUNK.min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            self.write(offset + done, &zeros[..n as usize], false)?;
+            done += n;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Says the range's contents are no longer needed. Whole cached blocks
+    /// in it are dropped from the cache (dirty data included); the range is
+    /// discarded on the backing device. Reads of it return unspecified data
+    /// until it is written again.
+    pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.check(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        IoCounters::add(&self.io.trims, 1);
+        let blocks = self.blocks_of(offset, len);
+        let _locked = self.locks.exclusive(blocks.clone());
+        {
+            let mut d = self.director.lock();
+            for b in blocks {
+                let (bs, be) = self.block_span(b);
+                if offset <= bs && offset + len >= be {
+                    let dirty = d.replacement().is_dirty(OriginBlock(b));
+                    if let Some(c) = d.invalidate(OriginBlock(b)) {
+                        self.slot_dropped(Some(OriginBlock(b)), c);
+                        if dirty {
+                            // Withdraw the dirty claim; until that commits,
+                            // a crash may bring back old data for a range
+                            // that was trimmed, which trim allows.
+                            self.record(c, None);
+                        }
+                    }
+                }
+            }
+        }
+        self.settle_zombies(self.blocks_of(offset, len))?;
+        match self.backing.discard(offset, len) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
+            Err(e) => Err(self.backing_err(e, true)),
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! Writeback: dirty blocks copied to the backing device in runs, in
+//! backing-device order, flushed, claimed clean, then marked clean.
+
+use crate::claims;
+use crate::stats::IoCounters;
+use crate::{Engine, EngineError, Result};
+use tiercache_device::AlignedBuf;
+use tiercache_types::{CacheBlock, OriginBlock};
+
+thread_local! {
+    /// A cleaning thread's buffer for runs of blocks, kept between runs: a
+    /// fresh one (up to 4 MiB) per run would cost its page faults and
+    /// zeroing every time.
+    static RUN_BUF: std::cell::Cell<Option<AlignedBuf>> = const { std::cell::Cell::new(None) };
+}
+
+/// The thread's run buffer while a run is cleaned; back in [`RUN_BUF`]
+/// when dropped (early returns included).
+struct RunBuf(Option<AlignedBuf>);
+
+impl RunBuf {
+    /// The thread's buffer, grown to at least `len` bytes (its bytes are
+    /// whatever the last run left there).
+    fn take(len: usize) -> RunBuf {
+        let buf = RUN_BUF
+            .with(|b| b.take())
+            .filter(|b| b.len() >= len)
+            .unwrap_or_else(|| AlignedBuf::new(len));
+        RunBuf(Some(buf))
+    }
+}
+
+impl std::ops::Deref for RunBuf {
+    type Target = AlignedBuf;
+    fn deref(&self) -> &AlignedBuf {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for RunBuf {
+    fn deref_mut(&mut self) -> &mut AlignedBuf {
+        self.0.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for RunBuf {
+    fn drop(&mut self) {
+        let buf = self.0.take();
+        RUN_BUF.with(|b| b.set(buf));
+    }
+}
+
+impl Engine {
+    /// Writes back up to `max_blocks` dirty blocks, in backing-device order,
+    /// merging neighbours into one write, then flushes the backing device
+    /// and marks them clean. Returns how many were cleaned.
+    pub fn clean(&self, max_blocks: usize) -> Result<usize> {
+        // Sorted (backing-device order) outside the director's lock.
+        let mut dirty = self.director.lock().dirty_blocks_unordered();
+        dirty.sort_unstable();
+        dirty.truncate(max_blocks);
+        if dirty.is_empty() {
+            return Ok(0);
+        }
+        const MAX_RUN_BYTES: u64 = 4 << 20;
+        let max_run = (MAX_RUN_BYTES / self.block_size).max(1) as usize;
+        let mut cleaned = 0;
+        let mut i = 0;
+        while i < dirty.len() {
+            let mut j = i + 1;
+            while j < dirty.len() && j - i < max_run && dirty[j].0 .0 == dirty[j - 1].0 .0 + 1 {
+                j += 1;
+            }
+            cleaned += self.clean_run(&dirty[i..j])?;
+            i = j;
+        }
+        Ok(cleaned)
+    }
+
+    /// Cleans one run of consecutive dirty blocks.
+    fn clean_run(&self, run: &[(OriginBlock, CacheBlock)]) -> Result<usize> {
+        let b0 = run[0].0 .0;
+        let b1 = run[run.len() - 1].0 .0;
+        // Shared: no write may change these blocks until they are marked clean.
+        let _locked = self.locks.shared(b0..b1 + 1);
+        let mut still = Vec::with_capacity(run.len());
+        {
+            let d = self.director.lock();
+            for &(o, c) in run {
+                let ok = d.replacement().lookup(o) == Some(c)
+                    && d.replacement().is_dirty(o)
+                    && self.slots.try_pin(c);
+                still.push(ok);
+            }
+        }
+        let full_start = b0 * self.block_size;
+        let full_end = self.block_span(b1).1;
+        let mut tmp = RunBuf::take((full_end - full_start) as usize);
+        let mut read_ok = vec![false; run.len()];
+        let mut first_error = None;
+        for (k, &(o, c)) in run.iter().enumerate() {
+            if !still[k] {
+                continue;
+            }
+            let (bs, be) = self.block_span(o.0);
+            let r = self.cache.read_at(
+                &mut tmp[(bs - full_start) as usize..(be - full_start) as usize],
+                self.slot_offset(c),
+            );
+            self.slots.unpin(c);
+            match r {
+                Ok(()) => read_ok[k] = true,
+                Err(e) => {
+                    self.cache_error(&e, false);
+                    first_error.get_or_insert(EngineError::CacheDirty {
+                        device: self.cache.describe(),
+                        source: e,
+                    });
+                }
+            }
+        }
+        // Write each contiguous stretch of successfully read blocks.
+        self.settle_zombies(b0..b1 + 1)?;
+        let mut k = 0;
+        while k < run.len() {
+            if !read_ok[k] {
+                k += 1;
+                continue;
+            }
+            let mut m = k;
+            while m < run.len() && read_ok[m] {
+                m += 1;
+            }
+            let s = self.block_span(run[k].0 .0).0;
+            let e = self.block_span(run[m - 1].0 .0).1;
+            let r = self.backing.write_at(
+                &tmp[(s - full_start) as usize..(e - full_start) as usize],
+                s,
+            );
+            if let Err(err) = r {
+                first_error.get_or_insert(self.backing_err(err, true));
+                for ok in &mut read_ok[k..m] {
+                    *ok = false;
+                }
+            } else {
+                IoCounters::add(&self.io.writeback_bytes, e - s);
+            }
+            k = m;
+        }
+        if read_ok.iter().any(|&x| x) {
+            self.backing
+                .flush()
+                .map_err(|e| self.backing_err(e, true))?;
+            if self.persist.is_some() {
+                // The dirty claims must be replaced on disk (by clean claims
+                // of the data written back) before the blocks count as clean
+                // and their slots may be reused. The stripe lock and the
+                // dirty state keep the slots unchanged meanwhile, so the
+                // claims cannot be dropped by the commit.
+                // The checksums first: the director's lock, which every
+                // IO takes, is not held while a run of up to 4 MiB is
+                // checksummed.
+                let crcs: Vec<Option<u32>> = run
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(o, _))| {
+                        read_ok[k].then(|| {
+                            let (bs, be) = self.block_span(o.0);
+                            crc32c::crc32c(
+                                &tmp[(bs - full_start) as usize..(be - full_start) as usize],
+                            )
+                        })
+                    })
+                    .collect();
+                {
+                    let d = self.director.lock();
+                    for (k, &(o, c)) in run.iter().enumerate() {
+                        if let Some(crc) = crcs[k] {
+                            let gen = claims::generation(self.claims.load(c));
+                            self.record_clean_claim(&d, o, c, gen, crc);
+                            if self.claims.load(c) & claims::CLAIMED == 0 {
+                                // Not claimable (cannot happen, see above):
+                                // withdraw the dirty claim instead.
+                                self.record(c, None);
+                            }
+                        }
+                    }
+                }
+                self.commit()?;
+            }
+        }
+        let mut cleaned = 0;
+        {
+            let mut d = self.director.lock();
+            for (k, &(o, _)) in run.iter().enumerate() {
+                if read_ok[k] {
+                    d.mark_clean(o);
+                    cleaned += 1;
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(cleaned),
+        }
+    }
+
+    /// Writes back every dirty block, calling `progress(cleaned, total)` as
+    /// it goes. Returns when no block is dirty.
+    pub fn drain(&self, mut progress: impl FnMut(u64, u64)) -> Result<()> {
+        let total = self.dirty_blocks();
+        let mut done = 0;
+        progress(0, total);
+        loop {
+            let n = self.clean(1024)?;
+            if n == 0 {
+                if self.dirty_blocks() == 0 {
+                    break;
+                }
+                // Blocks were busy; let their writers finish.
+                std::thread::yield_now();
+                continue;
+            }
+            done += n as u64;
+            progress(done, total.max(done));
+        }
+        Ok(())
+    }
+}
