@@ -3,15 +3,18 @@
 
 use crate::locks;
 use crate::stats::IoCounters;
+use crate::volume::Volume;
 use crate::Engine;
+use std::sync::Arc;
 use tiercache_policy::director::ReadPlan;
-use tiercache_types::{Access, CacheBlock, OriginBlock};
+use tiercache_types::{Access, CacheBlock};
 
 /// A cache hit being read by the caller (see [`Engine::begin_cached_read`]):
 /// until it is finished or dropped, the range cannot be written and its
 /// slots cannot be reused.
 pub struct CachedRange<'a> {
     engine: &'a Engine,
+    volume: Arc<Volume>,
     _locked: locks::StripeGuard<'a>,
     pinned: Vec<CacheBlock>,
     /// The cache device's file.
@@ -31,7 +34,7 @@ impl CachedRange<'_> {
         match result {
             Ok(()) => {
                 let n: usize = self.pieces.iter().map(|p| p.2).sum();
-                IoCounters::add(&self.engine.io.read_hit_bytes, n as u64);
+                IoCounters::add(&self.volume.io.read_hit_bytes, n as u64);
                 Ok(())
             }
             Err(e) => {
@@ -61,29 +64,40 @@ impl Engine {
     /// nothing, when the read cannot be served so, or the cache device has
     /// no fd to read ([`BlockDevice::raw_read_fd`](tiercache_device::BlockDevice::raw_read_fd)).
     pub fn begin_cached_read(&self, offset: u64, len: u64) -> Option<CachedRange<'_>> {
+        self.begin_cached_read_in(self.first_volume(), offset, len)
+    }
+
+    /// [`Engine::begin_cached_read`] on volume `vol`.
+    pub(crate) fn begin_cached_read_in(
+        &self,
+        vol: Arc<Volume>,
+        offset: u64,
+        len: u64,
+    ) -> Option<CachedRange<'_>> {
         let fd = self.cache.raw_read_fd()?;
-        if len == 0 || self.check(offset, len).is_err() {
+        if len == 0 || vol.check(offset, len).is_err() {
             return None;
         }
-        let blocks = self.blocks_of(offset, len);
-        let locked = self.locks.try_shared(blocks.clone())?;
+        let blocks = vol.blocks_of(offset, len);
+        let locked = self.locks.try_shared(vol.keys(blocks.clone()))?;
+        vol.check_attached().ok()?;
         let now = self.clock.now();
         let mut pinned = Vec::with_capacity((blocks.end - blocks.start) as usize);
         let mut d = self.director.lock();
-        if !self.all_ready_hits(&d, blocks.clone()) {
+        if !self.all_ready_hits(&vol, &d, blocks.clone()) {
             return None;
         }
-        IoCounters::add(&self.io.read_bytes, len);
+        IoCounters::add(&vol.io.read_bytes, len);
         self.note_client_io(now);
-        let mut io = d.begin(offset, len, Access::Read, now);
+        let mut io = d.begin(vol.id, offset, len, Access::Read, now);
         let mut pieces = Vec::with_capacity(pinned.capacity());
         for b in blocks {
             // Every block was checked a ready hit in this critical section,
             // so the plan is a hit and the pin holds.
-            match d.plan_read(&mut io, OriginBlock(b), now) {
+            match d.plan_read(&mut io, vol.key(b), now) {
                 ReadPlan::Hit(c) if self.slots.try_pin(c) => {
                     pinned.push(c);
-                    let (dev_off, buf_off, n) = self.piece(b, offset, len);
+                    let (dev_off, buf_off, n) = vol.piece(b, offset, len);
                     let within = dev_off - b * self.block_size;
                     pieces.push((self.slot_offset(c) + within, buf_off, n));
                 }
@@ -91,8 +105,10 @@ impl Engine {
             }
         }
         d.finish(io);
+        drop(d);
         Some(CachedRange {
             engine: self,
+            volume: vol,
             _locked: locked,
             pinned,
             fd,

@@ -20,6 +20,9 @@ pub enum EngineError {
     /// in writeback), so the request cannot be served.
     #[error("cache device {device} failed holding dirty data: {source}")]
     CacheDirty { device: String, source: io::Error },
+    /// The volume was detached from the pool while a handle on it was held.
+    #[error("volume {volume} was detached from the cache")]
+    Detached { volume: String },
     /// The configuration cannot work with these devices.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -45,7 +48,7 @@ impl From<EngineError> for io::Error {
             EngineError::Backing { source, .. } | EngineError::CacheDirty { source, .. } => {
                 source.kind()
             }
-            EngineError::Metadata(_) => io::ErrorKind::Other,
+            EngineError::Metadata(_) | EngineError::Detached { .. } => io::ErrorKind::Other,
         };
         io::Error::new(kind, e)
     }

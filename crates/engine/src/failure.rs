@@ -2,23 +2,10 @@
 //! limit, the cache taken out of use (passthrough from then on).
 
 use crate::stats::IoCounters;
-use crate::{Engine, EngineError};
+use crate::Engine;
 use tiercache_types::CacheMode;
 
 impl Engine {
-    pub(crate) fn backing_err(&self, e: std::io::Error, write: bool) -> EngineError {
-        let c = if write {
-            &self.io.backing_write_errors
-        } else {
-            &self.io.backing_read_errors
-        };
-        IoCounters::add(c, 1);
-        EngineError::Backing {
-            device: self.backing.describe(),
-            source: e,
-        }
-    }
-
     /// Counts a cache device error and takes the cache out of use once
     /// there were too many.
     pub(crate) fn cache_error(&self, e: &std::io::Error, write: bool) {
@@ -50,7 +37,7 @@ impl Engine {
                     self.cache.describe()
                 );
                 *failure = Some(reason);
-                self.director.lock().set_mode(CacheMode::PassThrough);
+                self.director.lock().set_mode_all(CacheMode::PassThrough);
             }
         }
     }

@@ -4,30 +4,38 @@
 
 use crate::claims;
 use crate::slot_state::FillTicket;
+use crate::volume::Volume;
 use crate::Engine;
-use tiercache_types::{CacheBlock, OriginBlock};
+use tiercache_types::CacheBlock;
 
 impl Engine {
     /// Finishes the fill of slot `c` for block `b`: ready if the ticket is
     /// current, the slot still holds `b` and the fill worked; the promotion
     /// is undone if it failed. A stale ticket changes nothing.
     /// `crc` is the crc32c of the data written (`None`: the fill failed).
-    pub(crate) fn end_fill(&self, b: u64, c: CacheBlock, ticket: FillTicket, crc: Option<u32>) {
+    pub(crate) fn end_fill(
+        &self,
+        vol: &Volume,
+        b: u64,
+        c: CacheBlock,
+        ticket: FillTicket,
+        crc: Option<u32>,
+    ) {
         let mut d = self.director.lock();
-        if self.slots.is_current(c, ticket) && d.replacement().lookup(OriginBlock(b)) == Some(c) {
+        if self.slots.is_current(c, ticket) && d.replacement().lookup(vol.key(b)) == Some(c) {
             if let Some(crc) = crc {
                 self.slots.mark_ready(c, ticket);
-                if d.replacement().is_dirty(OriginBlock(b)) {
-                    let e = self.dirty_entry(&d, OriginBlock(b));
+                if d.replacement().is_dirty(vol.key(b)) {
+                    let e = self.dirty_entry(&d, vol.key(b));
                     self.record(c, Some(e));
                 } else {
                     // Nothing wrote the slot since it was handed over (the
                     // fill's generation bump): its generation is the fill's.
                     let gen = claims::generation(self.claims.load(c));
-                    self.record_clean_claim(&d, OriginBlock(b), c, gen, crc);
+                    self.record_clean_claim(&d, vol.key(b), c, gen, crc);
                 }
             } else {
-                d.abort_promotion(OriginBlock(b));
+                d.abort_promotion(vol.key(b));
             }
         }
     }
@@ -36,6 +44,7 @@ impl Engine {
     /// Returns the cache device's error, if any (already counted).
     pub(crate) fn fill(
         &self,
+        vol: &Volume,
         b: u64,
         c: CacheBlock,
         ticket: FillTicket,
@@ -54,7 +63,7 @@ impl Engine {
             (Ok(()), false) => Some(0),
             (Err(_), _) => None,
         };
-        self.end_fill(b, c, ticket, crc);
+        self.end_fill(vol, b, c, ticket, crc);
         r
     }
 }

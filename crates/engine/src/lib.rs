@@ -14,9 +14,9 @@
 
 //!
 //! The engine's files, one idea each: [`EngineConfig`] (`config.rs`);
-//! where an IO falls (`geometry.rs`); reads (`read.rs`) and hits read by
+//! a backing volume and where an IO on it falls (`volume.rs`); reads (`read.rs`) and hits read by
 //! the front end itself (`cached_read.rs`); writes and trims (`write.rs`);
-//! flushes (`flush.rs`); slot fills (`fill.rs`); writeback (`writeback.rs`)
+//! flushes (`flush.rs`); the pool's volumes and their handles (`pool.rs`); slot fills (`fill.rs`); writeback (`writeback.rs`)
 //! and the background [`Cleaner`] (`cleaner.rs`); device errors
 //! (`failure.rs`); persistence (`persist.rs`, `claims.rs`); the locks that
 //! order concurrent IO (`locks.rs`, `slot_state.rs`); counters
@@ -30,12 +30,13 @@ mod error;
 mod failure;
 mod fill;
 mod flush;
-mod geometry;
 mod locks;
 mod persist;
+mod pool;
 mod read;
 mod slot_state;
 mod stats;
+mod volume;
 mod write;
 mod writeback;
 
@@ -44,22 +45,25 @@ pub use cleaner::{Cleaner, CleanerConfig, RateController};
 pub use config::EngineConfig;
 pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport};
+pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
 pub use stats::EngineStats;
 
 use locks::StripeLocks;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use slot_state::SlotStates;
 use stats::IoCounters;
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
 use tiercache_policy::{Director, DirectorConfig};
-use tiercache_types::{CacheMode, Clock, Time, SECTOR_SIZE};
+use tiercache_types::{CacheBlock, CacheMode, Clock, Time, VolumeId};
+use volume::Volume;
 
 /// A block cache over a backing and a cache device.
 pub struct Engine {
-    backing: Arc<dyn BlockDevice>,
+    /// The attached backing volumes, indexed by [`VolumeId`]; volume 0 is
+    /// the one [`Engine::new`] was given.
+    volumes: RwLock<Vec<Option<Arc<Volume>>>>,
     cache: Arc<dyn BlockDevice>,
-    size: u64,
     block_size: u64,
     data_offset: u64,
     director: Mutex<Director>,
@@ -89,13 +93,7 @@ impl Engine {
         clock: Arc<dyn Clock>,
     ) -> Result<Engine> {
         let bs = config.block_size as u64;
-        if backing.size() % SECTOR_SIZE != 0 {
-            return Err(EngineError::Config(format!(
-                "backing device {} is {} bytes, not a multiple of 512",
-                backing.describe(),
-                backing.size()
-            )));
-        }
+        let volume = Volume::new(VolumeId(0), "default", backing, config.block_size)?;
         let room = cache.size().saturating_sub(config.cache_data_offset);
         let mut capacity = (room / bs).min(u32::MAX as u64 - 1) as u32;
         if let Some(max) = config.max_cache_blocks {
@@ -119,8 +117,7 @@ impl Engine {
         };
         let director = Director::new(&dcfg).map_err(|e| EngineError::Config(e.to_string()))?;
         Ok(Engine {
-            size: backing.size(),
-            backing,
+            volumes: RwLock::new(vec![Some(Arc::new(volume))]),
             cache,
             block_size: bs,
             data_offset: config.cache_data_offset,
@@ -157,9 +154,35 @@ impl Engine {
             .store(now.0, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Volume `id`, if attached.
+    pub(crate) fn volume(&self, id: VolumeId) -> Result<Arc<Volume>> {
+        self.volumes
+            .read()
+            .get(id.index())
+            .and_then(|v| v.clone())
+            .ok_or_else(|| EngineError::Config(format!("volume {id} is not attached")))
+    }
+
+    /// Volume 0, the one the engine was built with (the pool of one that
+    /// the single-volume API serves).
+    pub(crate) fn first_volume(&self) -> Arc<Volume> {
+        self.volume(VolumeId(0))
+            .expect("volume 0 stays attached for the engine's life")
+    }
+
+    /// Every attached volume, in id order.
+    pub(crate) fn all_volumes(&self) -> Vec<Arc<Volume>> {
+        self.volumes.read().iter().flatten().cloned().collect()
+    }
+
+    /// Byte offset of slot `c` on the cache device.
+    pub(crate) fn slot_offset(&self, c: CacheBlock) -> u64 {
+        self.data_offset + c.0 as u64 * self.block_size
+    }
+
     /// Size of the exported device in bytes (the backing device's size).
     pub fn size(&self) -> u64 {
-        self.size
+        self.first_volume().size
     }
 
     pub fn block_size(&self) -> u32 {
@@ -172,7 +195,7 @@ impl Engine {
     }
 
     pub fn mode(&self) -> CacheMode {
-        self.director.lock().mode()
+        self.director.lock().mode(VolumeId(0))
     }
 
     /// RAM used per cache block by the mapping, policy and slot states.
@@ -194,21 +217,35 @@ impl Engine {
                 )));
             }
         }
-        self.director.lock().set_mode(mode);
+        self.director.lock().set_mode(VolumeId(0), mode);
         self.persist_mode(mode)
     }
 
     pub fn set_sequential_cutoff(&self, bytes: u64) {
-        self.director.lock().set_sequential_cutoff(bytes);
+        self.director
+            .lock()
+            .set_sequential_cutoff(VolumeId(0), bytes);
     }
 
     /// A snapshot of all counters. Takes the director's lock briefly.
     pub fn stats(&self) -> EngineStats {
         let (decisions, mode, cutoff) = {
             let d = self.director.lock();
-            (d.counters(), d.mode(), d.sequential_cutoff())
+            (
+                d.counters(),
+                d.mode(VolumeId(0)),
+                d.sequential_cutoff(VolumeId(0)),
+            )
         };
-        let io = EngineStats::io_part(&self.io);
+        // The pool's counters: the engine's own (cache device errors) and
+        // every volume's.
+        let volumes = self.all_volumes();
+        let mut io = EngineStats::io_part(&self.io);
+        for v in &volumes {
+            for (sum, n) in io.iter_mut().zip(EngineStats::io_part(&v.io)) {
+                *sum += n;
+            }
+        }
         EngineStats {
             mode,
             policy: self.policy_name.clone(),
@@ -218,7 +255,7 @@ impl Engine {
                 None => "ok".to_string(),
                 Some(r) => format!("failed: {r}"),
             },
-            backing_bytes: self.size,
+            backing_bytes: volumes.iter().map(|v| v.size).sum(),
             decisions,
             read_bytes: io[0],
             write_bytes: io[1],

@@ -222,7 +222,7 @@ impl Engine {
                     continue;
                 };
                 let hint = if hints_valid { e.hint } else { 0 };
-                let ok = d.replacement_mut().restore(
+                let ok = d.restore(
                     OriginBlock(e.oblock),
                     CacheBlock(slot as u32),
                     e.dirty,
@@ -392,7 +392,10 @@ impl Engine {
                 }
                 claims::generation(self.claims.load(c))
             };
-            let (start, end) = self.block_span(o.0);
+            let Ok(vol) = self.volume(o.volume()) else {
+                continue;
+            };
+            let (start, end) = vol.block_span(o.block());
             let n = (end - start) as usize;
             let read = self.cache.read_at(&mut buf[..n], self.slot_offset(c));
             self.slots.unpin(c);
@@ -450,7 +453,7 @@ impl Engine {
             let read = self.cache.read_at(&mut buf[..n as usize], off);
             for &slot in &candidates[i..j] {
                 let e = keep[slot].expect("candidate");
-                let (s, end) = self.block_span(e.oblock);
+                let (s, end) = self.first_volume().block_span(e.oblock);
                 let at = (slot - first) as u64 * bs;
                 let ok = read.is_ok()
                     && at + (end - s) <= n
@@ -501,9 +504,7 @@ impl Engine {
             }
             if has_claims {
                 // A clean claim says the backing device holds this data.
-                self.backing
-                    .flush()
-                    .map_err(|e| self.backing_err(e, true))?;
+                self.flush_backing_devices()?;
             }
             for r in batch.iter_mut() {
                 if let Some(gen) = r.claim_gen {
@@ -582,9 +583,7 @@ impl Engine {
             device: self.cache.describe(),
             source: e,
         })?;
-        self.backing
-            .flush()
-            .map_err(|e| self.backing_err(e, true))?;
+        self.flush_backing_devices()?;
         let Some(p) = &self.persist else {
             return Ok(());
         };
@@ -626,7 +625,7 @@ impl Engine {
         if detach {
             store.set_detached(true)?;
         }
-        let identity = identity(&*self.backing, &p.backing_path)?;
+        let identity = identity(&*self.first_volume().backing, &p.backing_path)?;
         store.mark_clean_shutdown(&mapping, &identity)?;
         Ok(())
     }

@@ -5,11 +5,12 @@
 use crate::locks;
 use crate::slot_state::FillTicket;
 use crate::stats::IoCounters;
+use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
 use tiercache_device::AlignedBuf;
 use tiercache_policy::director::ReadPlan;
 use tiercache_policy::Director;
-use tiercache_types::{Access, CacheBlock, OriginBlock};
+use tiercache_types::{Access, CacheBlock};
 
 /// What to do with one block of a read, once planned.
 #[derive(Clone, Copy, Debug)]
@@ -26,14 +27,19 @@ impl Engine {
     /// Reads `buf.len()` bytes at `offset`. Offset and length must be
     /// multiples of 512 and inside the device.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_in(&self.first_volume(), offset, buf)
+    }
+
+    /// [`Engine::read`] on volume `vol`.
+    pub(crate) fn read_in(&self, vol: &Volume, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = buf.len() as u64;
-        self.check(offset, len)?;
+        vol.check(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        let blocks = self.blocks_of(offset, len);
-        let locked = self.locks.shared(blocks.clone());
-        self.read_locked(offset, buf, locked, false)
+        let blocks = vol.blocks_of(offset, len);
+        let locked = self.locks.shared(vol.keys(blocks.clone()));
+        self.read_locked(vol, offset, buf, locked, false)
             .expect("a read that may wait always runs")
     }
 
@@ -47,21 +53,36 @@ impl Engine {
     /// a hit then costs no hand-off to a worker thread. It still reads the
     /// cache device synchronously.
     pub fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        self.read_if_cached_in(&self.first_volume(), offset, buf)
+    }
+
+    /// [`Engine::read_if_cached`] on volume `vol`.
+    pub(crate) fn read_if_cached_in(
+        &self,
+        vol: &Volume,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Option<Result<()>> {
         let len = buf.len() as u64;
-        if len == 0 || self.check(offset, len).is_err() {
+        if len == 0 || vol.check(offset, len).is_err() {
             return None;
         }
-        let blocks = self.blocks_of(offset, len);
-        let locked = self.locks.try_shared(blocks)?;
-        self.read_locked(offset, buf, locked, true)
+        let blocks = vol.blocks_of(offset, len);
+        let locked = self.locks.try_shared(vol.keys(blocks))?;
+        self.read_locked(vol, offset, buf, locked, true)
     }
 
     /// Whether every block of `blocks` is a read hit on a slot that holds
     /// its data (not being filled). Call with the director locked; the
     /// answer holds for as long as it stays locked.
-    pub(crate) fn all_ready_hits(&self, d: &Director, mut blocks: std::ops::Range<u64>) -> bool {
+    pub(crate) fn all_ready_hits(
+        &self,
+        vol: &Volume,
+        d: &Director,
+        mut blocks: std::ops::Range<u64>,
+    ) -> bool {
         blocks.all(|b| {
-            d.read_hit_slot(OriginBlock(b))
+            d.read_hit_slot(vol.key(b))
                 .is_some_and(|c| self.slots.is_ready(c))
         })
     }
@@ -72,26 +93,30 @@ impl Engine {
     /// critical section that plans the read, so the plan finds the same).
     fn read_locked(
         &self,
+        vol: &Volume,
         offset: u64,
         buf: &mut [u8],
         _locked: locks::StripeGuard<'_>,
         only_if_cached: bool,
     ) -> Option<Result<()>> {
+        if let Err(e) = vol.check_attached() {
+            return Some(Err(e));
+        }
         let len = buf.len() as u64;
-        let blocks = self.blocks_of(offset, len);
+        let blocks = vol.blocks_of(offset, len);
         let now = self.clock.now();
         let first = blocks.start;
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
             let mut d = self.director.lock();
-            if only_if_cached && !self.all_ready_hits(&d, blocks.clone()) {
+            if only_if_cached && !self.all_ready_hits(vol, &d, blocks.clone()) {
                 return None;
             }
-            IoCounters::add(&self.io.read_bytes, len);
+            IoCounters::add(&vol.io.read_bytes, len);
             self.note_client_io(now);
-            let mut io = d.begin(offset, len, Access::Read, now);
+            let mut io = d.begin(vol.id, offset, len, Access::Read, now);
             for b in blocks.clone() {
-                steps.push(match d.plan_read(&mut io, OriginBlock(b), now) {
+                steps.push(match d.plan_read(&mut io, vol.key(b), now) {
                     ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
                     ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
                     ReadPlan::Promote(ins) => {
@@ -109,26 +134,26 @@ impl Engine {
         for (i, step) in steps.iter_mut().enumerate() {
             let ReadStep::Cache(c) = *step else { continue };
             let b = first + i as u64;
-            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let (dev_off, buf_off, n) = vol.piece(b, offset, len);
             let within = dev_off - b * self.block_size;
             let r = self
                 .cache
                 .read_at(&mut buf[buf_off..buf_off + n], self.slot_offset(c) + within);
             self.slots.unpin(c);
             match r {
-                Ok(()) => IoCounters::add(&self.io.read_hit_bytes, n as u64),
+                Ok(()) => IoCounters::add(&vol.io.read_hit_bytes, n as u64),
                 Err(e) => {
                     self.cache_error(&e, false);
                     let mut d = self.director.lock();
-                    if d.replacement().is_dirty(OriginBlock(b)) {
+                    if d.replacement().is_dirty(vol.key(b)) {
                         first_error.get_or_insert(EngineError::CacheDirty {
                             device: self.cache.describe(),
                             source: e,
                         });
                     } else {
-                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
-                            d.invalidate(OriginBlock(b));
-                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        if d.replacement().lookup(vol.key(b)) == Some(c) {
+                            d.invalidate(vol.key(b));
+                            self.slot_dropped(Some(vol.key(b)), c);
                         }
                         *step = ReadStep::Backing;
                     }
@@ -149,7 +174,9 @@ impl Engine {
                 j += 1;
             }
             let (b0, b1) = (first + i as u64, first + j as u64 - 1);
-            if let Err(e) = self.read_backing_run(b0, b1, &steps[i..j], promotes, offset, buf) {
+            if let Err(e) =
+                self.read_backing_run(vol, (b0, b1), &steps[i..j], promotes, offset, buf)
+            {
                 first_error.get_or_insert(e);
             }
             i = j;
@@ -164,8 +191,8 @@ impl Engine {
     /// client's buffer and fills the slots of those being promoted.
     fn read_backing_run(
         &self,
-        b0: u64,
-        b1: u64,
+        vol: &Volume,
+        (b0, b1): (u64, u64),
         steps: &[ReadStep],
         promotes: bool,
         offset: u64,
@@ -173,26 +200,26 @@ impl Engine {
     ) -> Result<()> {
         let len = buf.len() as u64;
         let run_start = (b0 * self.block_size).max(offset);
-        let run_end = (self.block_span(b1).1).min(offset + len);
+        let run_end = (vol.block_span(b1).1).min(offset + len);
         if !promotes {
             let s = (run_start - offset) as usize;
             let e = (run_end - offset) as usize;
-            return self
+            return vol
                 .backing
                 .read_at(&mut buf[s..e], run_start)
-                .map_err(|e| self.backing_err(e, false));
+                .map_err(|e| vol.backing_err(e, false));
         }
         // Promotions need whole blocks: read the run's full blocks once.
         let full_start = b0 * self.block_size;
-        let full_end = self.block_span(b1).1;
+        let full_end = vol.block_span(b1).1;
         let mut tmp = AlignedBuf::new((full_end - full_start) as usize);
-        if let Err(e) = self.backing.read_at(&mut tmp, full_start) {
+        if let Err(e) = vol.backing.read_at(&mut tmp, full_start) {
             for (k, step) in steps.iter().enumerate() {
                 if let ReadStep::Promote(c, t) = *step {
-                    self.end_fill(b0 + k as u64, c, t, None);
+                    self.end_fill(vol, b0 + k as u64, c, t, None);
                 }
             }
-            return Err(self.backing_err(e, false));
+            return Err(vol.backing_err(e, false));
         }
         let s = (run_start - full_start) as usize;
         let n = (run_end - run_start) as usize;
@@ -203,9 +230,10 @@ impl Engine {
                 continue;
             };
             let b = b0 + k as u64;
-            let (bs, be) = self.block_span(b);
+            let (bs, be) = vol.block_span(b);
             // A failed fill only costs the promotion; the read succeeded.
             let _ = self.fill(
+                vol,
                 b,
                 c,
                 t,

@@ -6,9 +6,10 @@
 use crate::claims;
 use crate::slot_state::FillTicket;
 use crate::stats::IoCounters;
+use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
 use tiercache_policy::director::WritePlan;
-use tiercache_types::{Access, CacheBlock, OriginBlock};
+use tiercache_types::{Access, CacheBlock};
 
 /// What to do with one block of a write, once planned.
 #[derive(Clone, Copy, Debug)]
@@ -27,31 +28,37 @@ impl Engine {
     /// returns. Offset and length must be multiples of 512 and inside the
     /// device.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.write_in(&self.first_volume(), offset, data, fua)
+    }
+
+    /// [`Engine::write`] on volume `vol`.
+    pub(crate) fn write_in(&self, vol: &Volume, offset: u64, data: &[u8], fua: bool) -> Result<()> {
         let len = data.len() as u64;
-        self.check(offset, len)?;
+        vol.check(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        IoCounters::add(&self.io.write_bytes, len);
-        let blocks = self.blocks_of(offset, len);
-        let _locked = self.locks.exclusive(blocks.clone());
+        IoCounters::add(&vol.io.write_bytes, len);
+        let blocks = vol.blocks_of(offset, len);
+        let _locked = self.locks.exclusive(vol.keys(blocks.clone()));
+        vol.check_attached()?;
         let now = self.clock.now();
         self.note_client_io(now);
         let first = blocks.start;
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
             let mut d = self.director.lock();
-            let mut io = d.begin(offset, len, Access::Write, now);
+            let mut io = d.begin(vol.id, offset, len, Access::Write, now);
             for b in blocks.clone() {
-                let (bs, be) = self.block_span(b);
+                let (bs, be) = vol.block_span(b);
                 let full = offset <= bs && offset + len >= be;
-                let was_dirty = d.replacement().is_dirty(OriginBlock(b));
-                let was_in = d.replacement().lookup(OriginBlock(b));
-                let step = match d.plan_write(&mut io, OriginBlock(b), full, now) {
+                let was_dirty = d.replacement().is_dirty(vol.key(b));
+                let was_in = d.replacement().lookup(vol.key(b));
+                let step = match d.plan_write(&mut io, vol.key(b), full, now) {
                     WritePlan::Backing => {
                         if let Some(c) = was_in {
                             // Passthrough dropped the clean cached copy.
-                            self.slot_dropped(Some(OriginBlock(b)), c);
+                            self.slot_dropped(Some(vol.key(b)), c);
                         }
                         WriteStep {
                             backing: true,
@@ -70,7 +77,7 @@ impl Engine {
                         allocated,
                         evicted,
                     } => {
-                        let backing = !d.replacement().is_dirty(OriginBlock(b));
+                        let backing = !d.replacement().is_dirty(vol.key(b));
                         if allocated {
                             self.slot_dropped(evicted, cblock);
                             WriteStep {
@@ -93,8 +100,8 @@ impl Engine {
                                 false,
                                 "mapped slot of an exclusively locked block not ready"
                             );
-                            d.invalidate(OriginBlock(b));
-                            self.slot_dropped(Some(OriginBlock(b)), cblock);
+                            d.invalidate(vol.key(b));
+                            self.slot_dropped(Some(vol.key(b)), cblock);
                             WriteStep {
                                 backing: true,
                                 cache: None,
@@ -119,7 +126,7 @@ impl Engine {
                 continue;
             };
             let b = first + k as u64;
-            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let (dev_off, buf_off, n) = vol.piece(b, offset, len);
             let within = dev_off - b * self.block_size;
             let prev = self.claims.bump(c);
             let durable = prev & claims::DURABLE != 0;
@@ -130,8 +137,8 @@ impl Engine {
             match r {
                 Ok(()) if step.newly_dirty => {
                     let d = self.director.lock();
-                    if d.replacement().lookup(OriginBlock(b)) == Some(c) {
-                        let e = self.dirty_entry(&d, OriginBlock(b));
+                    if d.replacement().lookup(vol.key(b)) == Some(c) {
+                        let e = self.dirty_entry(&d, vol.key(b));
                         self.record(c, Some(e));
                     }
                 }
@@ -141,7 +148,7 @@ impl Engine {
                         // Withdraw the old claim, so later writes need no
                         // flush; the block stays cached, unclaimed.
                         let d = self.director.lock();
-                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
+                        if d.replacement().lookup(vol.key(b)) == Some(c) {
                             self.record(c, None);
                         }
                     }
@@ -152,9 +159,9 @@ impl Engine {
                         // Writethrough: the backing device gets the data;
                         // drop the now stale cached copy.
                         let mut d = self.director.lock();
-                        if d.replacement().lookup(OriginBlock(b)) == Some(c) {
-                            d.invalidate(OriginBlock(b));
-                            self.slot_dropped(Some(OriginBlock(b)), c);
+                        if d.replacement().lookup(vol.key(b)) == Some(c) {
+                            d.invalidate(vol.key(b));
+                            self.slot_dropped(Some(vol.key(b)), c);
                         }
                         step.cache = None;
                     } else {
@@ -177,7 +184,7 @@ impl Engine {
         // 2. Backing writes, one IO per run of consecutive blocks, once no
         //    block of the IO is a zombie (rule 3 of claims.rs).
         if steps.iter().any(|s| s.backing) {
-            self.settle_zombies(blocks.clone())?;
+            self.settle_zombies(vol.keys(blocks.clone()))?;
         }
         let mut i = 0;
         while i < steps.len() {
@@ -189,26 +196,26 @@ impl Engine {
             while j < steps.len() && steps[j].backing {
                 j += 1;
             }
-            let (s, _, _) = self.piece(first + i as u64, offset, len);
-            let (ls, _, ln) = self.piece(first + j as u64 - 1, offset, len);
+            let (s, _, _) = vol.piece(first + i as u64, offset, len);
+            let (ls, _, ln) = vol.piece(first + j as u64 - 1, offset, len);
             let e = ls + ln as u64;
-            let r = self
+            let r = vol
                 .backing
                 .write_at(&data[(s - offset) as usize..(e - offset) as usize], s);
             if let Err(err) = r {
-                first_error.get_or_insert(self.backing_err(err, true));
+                first_error.get_or_insert(vol.backing_err(err, true));
                 // The backing range is now undefined; do not leave a cached
                 // copy that claims otherwise.
                 for (k, step) in steps[i..j].iter_mut().enumerate() {
                     let Some(c) = step.cache.take() else { continue };
                     let b = first + (i + k) as u64;
                     match step.ticket {
-                        Some(t) => self.end_fill(b, c, t, None),
+                        Some(t) => self.end_fill(vol, b, c, t, None),
                         None => {
                             let mut d = self.director.lock();
-                            if d.replacement().lookup(OriginBlock(b)) == Some(c) {
-                                d.invalidate(OriginBlock(b));
-                                self.slot_dropped(Some(OriginBlock(b)), c);
+                            if d.replacement().lookup(vol.key(b)) == Some(c) {
+                                d.invalidate(vol.key(b));
+                                self.slot_dropped(Some(vol.key(b)), c);
                             }
                         }
                     }
@@ -222,14 +229,14 @@ impl Engine {
                 continue;
             };
             let b = first + k as u64;
-            let (dev_off, buf_off, n) = self.piece(b, offset, len);
+            let (dev_off, buf_off, n) = vol.piece(b, offset, len);
             let piece = &data[buf_off..buf_off + n];
-            if self.fill(b, c, t, piece).is_err() && !step.backing {
+            if self.fill(vol, b, c, t, piece).is_err() && !step.backing {
                 // Writeback allocation failed (the promotion is undone): put
                 // the data on the backing device instead.
-                self.settle_zombies(b..b + 1)?;
-                if let Err(e) = self.backing.write_at(piece, dev_off) {
-                    first_error.get_or_insert(self.backing_err(e, true));
+                self.settle_zombies(vol.keys(b..b + 1))?;
+                if let Err(e) = vol.backing.write_at(piece, dev_off) {
+                    first_error.get_or_insert(vol.backing_err(e, true));
                 }
             }
         }
@@ -237,24 +244,35 @@ impl Engine {
             return Err(e);
         }
         if fua {
-            self.flush()?;
+            self.flush_in(vol)?;
         }
         Ok(())
     }
 
     /// Writes zeros over the range, like a write of a zero buffer.
     pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
-        self.check(offset, len)?;
+        self.write_zeroes_in(&self.first_volume(), offset, len, fua)
+    }
+
+    /// [`Engine::write_zeroes`] on volume `vol`.
+    pub(crate) fn write_zeroes_in(
+        &self,
+        vol: &Volume,
+        offset: u64,
+        len: u64,
+        fua: bool,
+    ) -> Result<()> {
+        vol.check(offset, len)?;
         const CHUNK: u64 = 1 << 20;
         let zeros = vec![0u8; CHUNK.min(len) as usize];
         let mut done = 0;
         while done < len {
             let n = CHUNK.min(len - done);
-            self.write(offset + done, &zeros[..n as usize], false)?;
+            self.write_in(vol, offset + done, &zeros[..n as usize], false)?;
             done += n;
         }
         if fua {
-            self.flush()?;
+            self.flush_in(vol)?;
         }
         Ok(())
     }
@@ -264,21 +282,27 @@ impl Engine {
     /// discarded on the backing device. Reads of it return unspecified data
     /// until it is written again.
     pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
-        self.check(offset, len)?;
+        self.trim_in(&self.first_volume(), offset, len)
+    }
+
+    /// [`Engine::trim`] on volume `vol`.
+    pub(crate) fn trim_in(&self, vol: &Volume, offset: u64, len: u64) -> Result<()> {
+        vol.check(offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        IoCounters::add(&self.io.trims, 1);
-        let blocks = self.blocks_of(offset, len);
-        let _locked = self.locks.exclusive(blocks.clone());
+        IoCounters::add(&vol.io.trims, 1);
+        let blocks = vol.blocks_of(offset, len);
+        let _locked = self.locks.exclusive(vol.keys(blocks.clone()));
+        vol.check_attached()?;
         {
             let mut d = self.director.lock();
             for b in blocks {
-                let (bs, be) = self.block_span(b);
+                let (bs, be) = vol.block_span(b);
                 if offset <= bs && offset + len >= be {
-                    let dirty = d.replacement().is_dirty(OriginBlock(b));
-                    if let Some(c) = d.invalidate(OriginBlock(b)) {
-                        self.slot_dropped(Some(OriginBlock(b)), c);
+                    let dirty = d.replacement().is_dirty(vol.key(b));
+                    if let Some(c) = d.invalidate(vol.key(b)) {
+                        self.slot_dropped(Some(vol.key(b)), c);
                         if dirty {
                             // Withdraw the dirty claim; until that commits,
                             // a crash may bring back old data for a range
@@ -289,11 +313,11 @@ impl Engine {
                 }
             }
         }
-        self.settle_zombies(self.blocks_of(offset, len))?;
-        match self.backing.discard(offset, len) {
+        self.settle_zombies(vol.keys(vol.blocks_of(offset, len)))?;
+        match vol.backing.discard(offset, len) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
-            Err(e) => Err(self.backing_err(e, true)),
+            Err(e) => Err(vol.backing_err(e, true)),
         }
     }
 }

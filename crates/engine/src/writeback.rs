@@ -55,8 +55,18 @@ impl Engine {
     /// merging neighbours into one write, then flushes the backing device
     /// and marks them clean. Returns how many were cleaned.
     pub fn clean(&self, max_blocks: usize) -> Result<usize> {
+        let dirty = self.director.lock().dirty_blocks_unordered();
+        self.clean_sorted(dirty, max_blocks)
+    }
+
+    /// Cleans up to `max_blocks` of `dirty` in pool-key order (volume by
+    /// volume, each in backing-device order), merging neighbours.
+    pub(crate) fn clean_sorted(
+        &self,
+        mut dirty: Vec<(OriginBlock, CacheBlock)>,
+        max_blocks: usize,
+    ) -> Result<usize> {
         // Sorted (backing-device order) outside the director's lock.
-        let mut dirty = self.director.lock().dirty_blocks_unordered();
         dirty.sort_unstable();
         dirty.truncate(max_blocks);
         if dirty.is_empty() {
@@ -68,7 +78,11 @@ impl Engine {
         let mut i = 0;
         while i < dirty.len() {
             let mut j = i + 1;
-            while j < dirty.len() && j - i < max_run && dirty[j].0 .0 == dirty[j - 1].0 .0 + 1 {
+            while j < dirty.len()
+                && j - i < max_run
+                && dirty[j].0 .0 == dirty[j - 1].0 .0 + 1
+                && dirty[j].0.volume() == dirty[i].0.volume()
+            {
                 j += 1;
             }
             cleaned += self.clean_run(&dirty[i..j])?;
@@ -79,10 +93,12 @@ impl Engine {
 
     /// Cleans one run of consecutive dirty blocks.
     fn clean_run(&self, run: &[(OriginBlock, CacheBlock)]) -> Result<usize> {
-        let b0 = run[0].0 .0;
-        let b1 = run[run.len() - 1].0 .0;
+        // A run is one volume's (`clean` splits runs at volume changes).
+        let vol = self.volume(run[0].0.volume())?;
+        let b0 = run[0].0.block();
+        let b1 = run[run.len() - 1].0.block();
         // Shared: no write may change these blocks until they are marked clean.
-        let _locked = self.locks.shared(b0..b1 + 1);
+        let _locked = self.locks.shared(vol.keys(b0..b1 + 1));
         let mut still = Vec::with_capacity(run.len());
         {
             let d = self.director.lock();
@@ -94,7 +110,7 @@ impl Engine {
             }
         }
         let full_start = b0 * self.block_size;
-        let full_end = self.block_span(b1).1;
+        let full_end = vol.block_span(b1).1;
         let mut tmp = RunBuf::take((full_end - full_start) as usize);
         let mut read_ok = vec![false; run.len()];
         let mut first_error = None;
@@ -102,7 +118,7 @@ impl Engine {
             if !still[k] {
                 continue;
             }
-            let (bs, be) = self.block_span(o.0);
+            let (bs, be) = vol.block_span(o.block());
             let r = self.cache.read_at(
                 &mut tmp[(bs - full_start) as usize..(be - full_start) as usize],
                 self.slot_offset(c),
@@ -120,7 +136,7 @@ impl Engine {
             }
         }
         // Write each contiguous stretch of successfully read blocks.
-        self.settle_zombies(b0..b1 + 1)?;
+        self.settle_zombies(vol.keys(b0..b1 + 1))?;
         let mut k = 0;
         while k < run.len() {
             if !read_ok[k] {
@@ -131,26 +147,24 @@ impl Engine {
             while m < run.len() && read_ok[m] {
                 m += 1;
             }
-            let s = self.block_span(run[k].0 .0).0;
-            let e = self.block_span(run[m - 1].0 .0).1;
-            let r = self.backing.write_at(
+            let s = vol.block_span(run[k].0.block()).0;
+            let e = vol.block_span(run[m - 1].0.block()).1;
+            let r = vol.backing.write_at(
                 &tmp[(s - full_start) as usize..(e - full_start) as usize],
                 s,
             );
             if let Err(err) = r {
-                first_error.get_or_insert(self.backing_err(err, true));
+                first_error.get_or_insert(vol.backing_err(err, true));
                 for ok in &mut read_ok[k..m] {
                     *ok = false;
                 }
             } else {
-                IoCounters::add(&self.io.writeback_bytes, e - s);
+                IoCounters::add(&vol.io.writeback_bytes, e - s);
             }
             k = m;
         }
         if read_ok.iter().any(|&x| x) {
-            self.backing
-                .flush()
-                .map_err(|e| self.backing_err(e, true))?;
+            vol.backing.flush().map_err(|e| vol.backing_err(e, true))?;
             if self.persist.is_some() {
                 // The dirty claims must be replaced on disk (by clean claims
                 // of the data written back) before the blocks count as clean
@@ -165,7 +179,7 @@ impl Engine {
                     .enumerate()
                     .map(|(k, &(o, _))| {
                         read_ok[k].then(|| {
-                            let (bs, be) = self.block_span(o.0);
+                            let (bs, be) = vol.block_span(o.block());
                             crc32c::crc32c(
                                 &tmp[(bs - full_start) as usize..(be - full_start) as usize],
                             )

@@ -23,7 +23,7 @@ use rand::SeedableRng;
 use rand_distr::Distribution;
 use std::time::Instant;
 use tiercache_policy::{Director, PolicyConfig};
-use tiercache_types::{Access, AdmissionKind, OriginBlock, ReplacementKind, Time};
+use tiercache_types::{Access, AdmissionKind, OriginBlock, ReplacementKind, Time, VolumeId};
 use warmup::*;
 
 /// Cache size for bytes per block.
@@ -86,7 +86,13 @@ fn run(d: &mut Director, stream: &[u64], now: &mut Time) -> (f64, u64) {
     let t = thread_cpu_secs();
     for &b in stream {
         *now = now.add_nanos(NANOS_PER_IO);
-        let mut io = d.begin(b * BLOCK as u64, BLOCK as u64, Access::Read, *now);
+        let mut io = d.begin(
+            VolumeId(0),
+            b * BLOCK as u64,
+            BLOCK as u64,
+            Access::Read,
+            *now,
+        );
         std::hint::black_box(d.plan_read(&mut io, OriginBlock(b), *now));
         d.finish(io);
     }

@@ -17,10 +17,17 @@
 //!
 //! A bypassed IO (sequential stream past the cutoff) never promotes or
 //! allocates; cached blocks are still used so no read is stale.
+//!
+//! Pools: the director serves any number of volumes (see `volumes.rs`).
+//! Blocks are pool keys ([`OriginBlock::of`]); the mode and the sequential
+//! cutoff are per volume, the replacement and admission policies are
+//! shared. [`Director::new`] attaches volume 0 with the configured mode
+//! and cutoff, so a single-device cache is a pool of one.
 
+use crate::volumes::{VolumeState, Volumes};
 use crate::{Admission, Insertion, PolicyConfig, PolicyError, Replacement, SequentialDetector};
 use serde::{Deserialize, Serialize};
-use tiercache_types::{Access, CacheBlock, CacheMode, OriginBlock, Time};
+use tiercache_types::{Access, CacheBlock, CacheMode, OriginBlock, Time, VolumeId};
 
 /// Static parameters of a director.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -84,6 +91,7 @@ pub enum WritePlan {
 /// Per-IO context returned by [`Director::begin`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoPlan {
+    pub volume: VolumeId,
     pub access: Access,
     pub bypass: bool,
     hits: u32,
@@ -145,9 +153,9 @@ impl Counters {
 pub struct Director {
     replacement: Box<dyn Replacement>,
     admission: Box<dyn Admission>,
-    sequential: SequentialDetector,
-    mode: CacheMode,
+    volumes: Volumes,
     block_size: u32,
+    /// The pool's counters: every volume's events, detached ones included.
     counters: Counters,
 }
 
@@ -182,44 +190,129 @@ impl Director {
             capacity: replacement.capacity() as u64,
             ..Counters::default()
         };
-        Director {
+        let mut d = Director {
             replacement,
             admission,
-            sequential: SequentialDetector::new(cfg.sequential_cutoff),
-            mode: cfg.mode,
+            volumes: Volumes::default(),
             block_size: cfg.block_size,
             counters,
+        };
+        d.attach_volume(VolumeId(0), cfg.mode, cfg.sequential_cutoff);
+        d
+    }
+
+    /// Attaches a volume with its mode and sequential cutoff. False (and
+    /// nothing changes) if it is attached already.
+    pub fn attach_volume(&mut self, volume: VolumeId, mode: CacheMode, cutoff: u64) -> bool {
+        let counters = Counters {
+            capacity: self.replacement.capacity() as u64,
+            ..Counters::default()
+        };
+        self.volumes.attach(
+            volume,
+            VolumeState {
+                mode,
+                sequential: SequentialDetector::new(cutoff),
+                counters,
+            },
+        )
+    }
+
+    /// Detaches a volume that has no block in the cache (the caller wrote
+    /// its dirty blocks back and invalidated the rest first). Returns its
+    /// final counters; an error if it still has blocks or is not attached.
+    pub fn detach_volume(&mut self, volume: VolumeId) -> Result<Counters, PolicyError> {
+        let c = self
+            .volume_counters(volume)
+            .ok_or_else(|| PolicyError::Invalid(format!("volume {volume} is not attached")))?;
+        if c.resident > 0 {
+            return Err(PolicyError::Invalid(format!(
+                "volume {volume} still has {} blocks in the cache ({} dirty)",
+                c.resident, c.dirty
+            )));
+        }
+        self.volumes.detach(volume);
+        Ok(c)
+    }
+
+    /// The attached volumes, in id order.
+    pub fn volume_ids(&self) -> Vec<VolumeId> {
+        self.volumes.ids().collect()
+    }
+
+    /// The mode of `volume` (passthrough if it is not attached).
+    pub fn mode(&self, volume: VolumeId) -> CacheMode {
+        self.volumes
+            .get(volume)
+            .map_or(CacheMode::PassThrough, |v| v.mode)
+    }
+
+    /// Changes `volume`'s mode for IOs planned from now on. Caller
+    /// guarantees that leaving writeback for another mode is fine with
+    /// dirty blocks present: they stay dirty and are still served from the
+    /// cache in every mode.
+    pub fn set_mode(&mut self, volume: VolumeId, mode: CacheMode) {
+        if let Some(v) = self.volumes.get_mut(volume) {
+            v.mode = mode;
         }
     }
 
-    pub fn mode(&self) -> CacheMode {
-        self.mode
-    }
-
-    /// Changes the mode for IOs planned from now on. Caller guarantees that
-    /// leaving writeback for another mode is fine with dirty blocks present:
-    /// they stay dirty and are still served from the cache in every mode.
-    pub fn set_mode(&mut self, mode: CacheMode) {
-        self.mode = mode;
+    /// Every volume's mode at once (the cache device failing: passthrough).
+    pub fn set_mode_all(&mut self, mode: CacheMode) {
+        for v in self.volumes.iter_mut() {
+            v.mode = mode;
+        }
     }
 
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
 
-    pub fn sequential_cutoff(&self) -> u64 {
-        self.sequential.cutoff()
+    pub fn sequential_cutoff(&self, volume: VolumeId) -> u64 {
+        self.volumes
+            .get(volume)
+            .map_or(0, |v| v.sequential.cutoff())
     }
 
-    pub fn set_sequential_cutoff(&mut self, cutoff: u64) {
-        self.sequential.set_cutoff(cutoff);
+    pub fn set_sequential_cutoff(&mut self, volume: VolumeId, cutoff: u64) {
+        if let Some(v) = self.volumes.get_mut(volume) {
+            v.sequential.set_cutoff(cutoff);
+        }
+    }
+
+    /// Counts an event in the pool's counters and in `volume`'s.
+    fn count(&mut self, volume: VolumeId, f: impl Fn(&mut Counters)) {
+        f(&mut self.counters);
+        if let Some(v) = self.volumes.get_mut(volume) {
+            f(&mut v.counters);
+        }
+    }
+
+    /// Restores a saved mapping entry (cache start): the replacement's
+    /// [`Replacement::restore`], keeping the volume's gauges.
+    pub fn restore(
+        &mut self,
+        oblock: OriginBlock,
+        cblock: CacheBlock,
+        dirty: bool,
+        hint: u8,
+    ) -> bool {
+        let ok = self.replacement.restore(oblock, cblock, dirty, hint);
+        if ok {
+            if let Some(v) = self.volumes.get_mut(oblock.volume()) {
+                v.counters.resident += 1;
+                v.counters.dirty += dirty as u64;
+            }
+        }
+        ok
     }
 
     pub fn replacement(&self) -> &dyn Replacement {
         &*self.replacement
     }
 
-    /// For restoring saved state; nothing else should need it.
+    /// For restoring saved state without per-volume gauges (tests,
+    /// experiments); a cache start uses [`Director::restore`].
     pub fn replacement_mut(&mut self) -> &mut dyn Replacement {
         &mut *self.replacement
     }
@@ -233,18 +326,31 @@ impl Director {
         offset / bs..(offset + len).div_ceil(bs)
     }
 
-    /// Starts an IO: counts it and decides whether it bypasses the cache.
-    pub fn begin(&mut self, offset: u64, len: u64, access: Access, now: Time) -> IoPlan {
-        let bypass = self.sequential.observe(offset, len, now);
-        match access {
-            Access::Read => self.counters.read_ios += 1,
-            Access::Write => self.counters.write_ios += 1,
-        }
-        if bypass || self.mode == CacheMode::PassThrough {
-            self.counters.bypassed_ios += 1;
-            self.counters.bypassed_bytes += len;
-        }
+    /// Starts an IO of `volume` (attached): counts it and decides whether
+    /// it bypasses the cache. `offset` is the byte offset on the volume.
+    pub fn begin(
+        &mut self,
+        volume: VolumeId,
+        offset: u64,
+        len: u64,
+        access: Access,
+        now: Time,
+    ) -> IoPlan {
+        let v = self.volumes.of_mut(volume);
+        let bypass = v.sequential.observe(offset, len, now);
+        let passthrough = v.mode == CacheMode::PassThrough;
+        self.count(volume, |c| {
+            match access {
+                Access::Read => c.read_ios += 1,
+                Access::Write => c.write_ios += 1,
+            }
+            if bypass || passthrough {
+                c.bypassed_ios += 1;
+                c.bypassed_bytes += len;
+            }
+        });
         IoPlan {
+            volume,
             access,
             bypass,
             hits: 0,
@@ -255,21 +361,49 @@ impl Director {
     /// Ends an IO started with [`Director::begin`].
     pub fn finish(&mut self, io: IoPlan) {
         if io.hits > 0 && io.misses > 0 {
-            match io.access {
-                Access::Read => self.counters.read_partial_hit_ios += 1,
-                Access::Write => self.counters.write_partial_hit_ios += 1,
-            }
+            self.count(io.volume, |c| match io.access {
+                Access::Read => c.read_partial_hit_ios += 1,
+                Access::Write => c.write_partial_hit_ios += 1,
+            });
         }
+    }
+
+    /// The mode that decides for `oblock` (its volume's).
+    fn mode_of(&self, oblock: OriginBlock) -> CacheMode {
+        self.mode(oblock.volume())
     }
 
     fn occupancy(&self) -> f64 {
         self.replacement.len() as f64 / self.replacement.capacity() as f64
     }
 
-    fn note_insertion(&mut self, ins: &Insertion) {
-        self.counters.promotions += 1;
-        if ins.evicted.is_some() {
-            self.counters.demotions += 1;
+    /// Counts an insertion for the inserted block's volume and the
+    /// eviction, if any, for the evicted block's (evicted blocks are clean).
+    fn note_insertion(&mut self, oblock: OriginBlock, ins: &Insertion) {
+        self.count(oblock.volume(), |c| c.promotions += 1);
+        if let Some(v) = self.volumes.get_mut(oblock.volume()) {
+            v.counters.resident += 1;
+        }
+        if let Some(e) = ins.evicted {
+            self.count(e.volume(), |c| c.demotions += 1);
+            self.note_removal(e, false);
+        }
+    }
+
+    /// A block left the cache: `volume`'s gauges follow.
+    fn note_removal(&mut self, oblock: OriginBlock, was_dirty: bool) {
+        if let Some(v) = self.volumes.get_mut(oblock.volume()) {
+            v.counters.resident = v.counters.resident.saturating_sub(1);
+            if was_dirty {
+                v.counters.dirty = v.counters.dirty.saturating_sub(1);
+            }
+        }
+    }
+
+    /// `oblock` became dirty (it was clean): its volume's gauge follows.
+    fn note_dirtied(&mut self, oblock: OriginBlock) {
+        if let Some(v) = self.volumes.get_mut(oblock.volume()) {
+            v.counters.dirty += 1;
         }
     }
 
@@ -277,7 +411,7 @@ impl Director {
     /// or None (a miss). Changes nothing.
     pub fn read_hit_slot(&self, oblock: OriginBlock) -> Option<CacheBlock> {
         let c = self.replacement.lookup(oblock)?;
-        if self.mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
+        if self.mode_of(oblock) == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
             return None;
         }
         Some(c)
@@ -285,21 +419,23 @@ impl Director {
 
     /// Plans one block of a read IO.
     pub fn plan_read(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) -> ReadPlan {
+        debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
+        let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
-            if self.mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
-                self.counters.read_misses += 1;
+            if mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
+                self.count(io.volume, |c| c.read_misses += 1);
                 io.misses += 1;
                 return ReadPlan::Miss;
             }
-            self.counters.read_hits += 1;
+            self.count(io.volume, |c| c.read_hits += 1);
             io.hits += 1;
             self.replacement.touch(oblock, Access::Read, now);
             self.admission.on_hit(oblock, now);
             return ReadPlan::Hit(c);
         }
-        self.counters.read_misses += 1;
+        self.count(io.volume, |c| c.read_misses += 1);
         io.misses += 1;
-        if io.bypass || self.mode == CacheMode::PassThrough {
+        if io.bypass || mode == CacheMode::PassThrough {
             return ReadPlan::Miss;
         }
         let victim = self.replacement.peek_victim();
@@ -312,7 +448,7 @@ impl Director {
         }
         match self.replacement.insert(oblock, now) {
             Some(ins) => {
-                self.note_insertion(&ins);
+                self.note_insertion(oblock, &ins);
                 ReadPlan::Promote(ins)
             }
             None => ReadPlan::Miss,
@@ -329,11 +465,16 @@ impl Director {
         full_block: bool,
         now: Time,
     ) -> WritePlan {
+        debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
+        let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
             let dirty = self.replacement.is_dirty(oblock);
-            let plan = match self.mode {
+            let plan = match mode {
                 CacheMode::WriteBack if !io.bypass || dirty => {
-                    self.replacement.set_dirty(oblock, true);
+                    if !dirty {
+                        self.replacement.set_dirty(oblock, true);
+                        self.note_dirtied(oblock);
+                    }
                     WritePlan::Dirty {
                         cblock: c,
                         evicted: None,
@@ -347,8 +488,11 @@ impl Director {
                 },
                 CacheMode::PassThrough => {
                     self.replacement.remove(oblock);
-                    self.counters.invalidations += 1;
-                    self.counters.write_misses += 1;
+                    self.note_removal(oblock, false);
+                    self.count(io.volume, |c| {
+                        c.invalidations += 1;
+                        c.write_misses += 1;
+                    });
                     io.misses += 1;
                     return WritePlan::Backing;
                 }
@@ -363,18 +507,18 @@ impl Director {
                     allocated: false,
                 },
             };
-            self.counters.write_hits += 1;
+            self.count(io.volume, |c| c.write_hits += 1);
             io.hits += 1;
             self.replacement.touch(oblock, Access::Write, now);
             self.admission.on_hit(oblock, now);
             return plan;
         }
-        self.counters.write_misses += 1;
+        self.count(io.volume, |c| c.write_misses += 1);
         io.misses += 1;
         if io.bypass || !full_block {
             return WritePlan::Backing;
         }
-        let allocate = match self.mode {
+        let allocate = match mode {
             // Writeback absorbs every full-block write, as bcache does.
             CacheMode::WriteBack => true,
             CacheMode::WriteThrough => {
@@ -391,9 +535,10 @@ impl Director {
         let Some(ins) = self.replacement.insert(oblock, now) else {
             return WritePlan::Backing;
         };
-        self.note_insertion(&ins);
-        if self.mode == CacheMode::WriteBack {
+        self.note_insertion(oblock, &ins);
+        if mode == CacheMode::WriteBack {
             self.replacement.set_dirty(oblock, true);
+            self.note_dirtied(oblock);
             WritePlan::Dirty {
                 cblock: ins.cblock,
                 evicted: ins.evicted,
@@ -412,16 +557,22 @@ impl Director {
     /// promotion that could not be completed). Returns its slot. Dirty data
     /// in it is discarded: caller guarantees that is intended.
     pub fn invalidate(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
+        let dirty = self.replacement.is_dirty(oblock);
         let c = self.replacement.remove(oblock)?;
-        self.counters.invalidations += 1;
+        self.note_removal(oblock, dirty);
+        self.count(oblock.volume(), |c| c.invalidations += 1);
         Some(c)
     }
 
     /// Undoes a promotion whose fill failed: like invalidate, but the block
     /// is not counted as promoted.
     pub fn abort_promotion(&mut self, oblock: OriginBlock) {
+        let dirty = self.replacement.is_dirty(oblock);
         if self.replacement.remove(oblock).is_some() {
-            self.counters.promotions = self.counters.promotions.saturating_sub(1);
+            self.note_removal(oblock, dirty);
+            self.count(oblock.volume(), |c| {
+                c.promotions = c.promotions.saturating_sub(1)
+            });
         }
     }
 
@@ -429,7 +580,10 @@ impl Director {
     pub fn mark_clean(&mut self, oblock: OriginBlock) {
         if self.replacement.is_dirty(oblock) {
             self.replacement.set_dirty(oblock, false);
-            self.counters.writebacks += 1;
+            self.count(oblock.volume(), |c| c.writebacks += 1);
+            if let Some(v) = self.volumes.get_mut(oblock.volume()) {
+                v.counters.dirty = v.counters.dirty.saturating_sub(1);
+            }
         }
     }
 
@@ -452,13 +606,19 @@ impl Director {
         v
     }
 
-    /// Current counters, gauges included.
+    /// The pool's counters, gauges included.
     pub fn counters(&self) -> Counters {
         Counters {
             resident: self.replacement.len() as u64,
             dirty: self.replacement.dirty_len() as u64,
             ..self.counters
         }
+    }
+
+    /// `volume`'s counters (its own events, and its blocks' gauges), or
+    /// None if it is not attached.
+    pub fn volume_counters(&self, volume: VolumeId) -> Option<Counters> {
+        self.volumes.get(volume).map(|v| v.counters)
     }
 }
 
@@ -476,7 +636,7 @@ mod tests {
     }
 
     fn read(d: &mut Director, block: u64) -> ReadPlan {
-        let mut io = d.begin(block * 4096, 4096, Access::Read, Time(block));
+        let mut io = d.begin(VolumeId(0), block * 4096, 4096, Access::Read, Time(block));
         let p = d.plan_read(&mut io, OriginBlock(block), Time(block));
         d.finish(io);
         p
@@ -484,6 +644,7 @@ mod tests {
 
     fn write(d: &mut Director, block: u64) -> WritePlan {
         let mut io = d.begin(
+            VolumeId(0),
             block * 4096 + 7 * 4096 * 1000,
             4096,
             Access::Write,
@@ -514,7 +675,7 @@ mod tests {
             }
         ));
         assert_eq!(d.counters().dirty, 1);
-        d.set_mode(CacheMode::PassThrough);
+        d.set_mode(VolumeId(0), CacheMode::PassThrough);
         assert!(matches!(read(&mut d, 3), ReadPlan::Hit(_)));
         assert!(matches!(
             write(&mut d, 3),
@@ -552,7 +713,7 @@ mod tests {
         let mut d = Director::new(&cfg).unwrap();
         let mut promoted = 0;
         for i in 0..64u64 {
-            let mut io = d.begin(i * 16384, 16384, Access::Read, Time(i));
+            let mut io = d.begin(VolumeId(0), i * 16384, 16384, Access::Read, Time(i));
             for b in d.blocks_of(i * 16384, 16384) {
                 if matches!(
                     d.plan_read(&mut io, OriginBlock(b), Time(i)),
@@ -574,7 +735,7 @@ mod tests {
     fn partial_hits_are_counted() {
         let mut d = director(CacheMode::WriteThrough, 8);
         read(&mut d, 0);
-        let mut io = d.begin(0, 8192, Access::Read, Time(5));
+        let mut io = d.begin(VolumeId(0), 0, 8192, Access::Read, Time(5));
         d.plan_read(&mut io, OriginBlock(0), Time(5));
         d.plan_read(&mut io, OriginBlock(1), Time(5));
         d.finish(io);

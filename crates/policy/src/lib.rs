@@ -33,6 +33,7 @@ pub mod sequential;
 pub mod sieve;
 pub mod slots;
 pub mod smq;
+mod volumes;
 
 pub use adaptive::Adaptive;
 pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};

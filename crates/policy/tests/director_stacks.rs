@@ -14,29 +14,38 @@ use std::collections::HashMap;
 use tiercache_policy::director::{ReadPlan, WritePlan};
 use tiercache_policy::{Director, DirectorConfig, Insertion, PolicyConfig};
 use tiercache_types::{
-    Access, AdmissionKind, CacheBlock, CacheMode, OriginBlock, ReplacementKind, Time,
+    Access, AdmissionKind, CacheBlock, CacheMode, OriginBlock, ReplacementKind, Time, VolumeId,
 };
 
 const BS: u64 = 4096;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Read(u64, u64),
-    Write(u64, bool),
-    MarkClean(u64),
-    Invalidate(u64),
-    AbortPromotion(u64),
-    SetMode(CacheMode),
+    Read(u16, u64, u64),
+    Write(u16, u64, bool),
+    MarkClean(u16, u64),
+    Invalidate(u16, u64),
+    AbortPromotion(u16, u64),
+    SetMode(u16, CacheMode),
+}
+
+/// Volumes of the pool under test: each op names one.
+const VOLUMES: u16 = 3;
+
+/// The pool key of block `o` of volume `v`.
+fn key(v: u16, o: u64) -> OriginBlock {
+    OriginBlock::of(VolumeId(v), o)
 }
 
 fn op() -> impl Strategy<Value = Op> {
+    let v = || 0..VOLUMES;
     prop_oneof![
-        8 => (0..40u64, 1..4u64).prop_map(|(b, n)| Op::Read(b, n)),
-        6 => (0..40u64, proptest::bool::weighted(0.8)).prop_map(|(b, f)| Op::Write(b, f)),
-        2 => (0..40u64).prop_map(Op::MarkClean),
-        1 => (0..40u64).prop_map(Op::Invalidate),
-        1 => (0..40u64).prop_map(Op::AbortPromotion),
-        1 => proptest::sample::select(CacheMode::ALL).prop_map(Op::SetMode),
+        8 => (v(), 0..40u64, 1..4u64).prop_map(|(v, b, n)| Op::Read(v, b, n)),
+        6 => (v(), 0..40u64, proptest::bool::weighted(0.8)).prop_map(|(v, b, f)| Op::Write(v, b, f)),
+        2 => (v(), 0..40u64).prop_map(|(v, b)| Op::MarkClean(v, b)),
+        1 => (v(), 0..40u64).prop_map(|(v, b)| Op::Invalidate(v, b)),
+        1 => (v(), 0..40u64).prop_map(|(v, b)| Op::AbortPromotion(v, b)),
+        1 => (v(), proptest::sample::select(CacheMode::ALL)).prop_map(|(v, m)| Op::SetMode(v, m)),
     ]
 }
 
@@ -72,14 +81,27 @@ fn run(
         ..PolicyConfig::default()
     };
     let mut d = Director::new(&cfg).expect("valid config");
+    for v in 1..VOLUMES {
+        prop_assert!(d.attach_volume(VolumeId(v), cfg.mode, cutoff));
+    }
+    prop_assert!(!d.attach_volume(VolumeId(1), cfg.mode, cutoff));
     let mut model = Model::new();
     for (i, op) in ops.iter().enumerate() {
         let now = Time(i as u64 * 1000);
-        let mode = d.mode();
+        let vol = match *op {
+            Op::Read(v, ..)
+            | Op::Write(v, ..)
+            | Op::MarkClean(v, _)
+            | Op::Invalidate(v, _)
+            | Op::AbortPromotion(v, _)
+            | Op::SetMode(v, _) => v,
+        };
+        let mode = d.mode(VolumeId(vol));
         match *op {
-            Op::Read(b, n) => {
-                let mut io = d.begin(b * BS, n * BS, Access::Read, now);
+            Op::Read(v, b, n) => {
+                let mut io = d.begin(VolumeId(v), b * BS, n * BS, Access::Read, now);
                 for o in b..b + n {
+                    let o = key(v, o).0;
                     let before = model.get(&o).copied();
                     match d.plan_read(&mut io, OriginBlock(o), now) {
                         ReadPlan::Hit(c) => {
@@ -101,8 +123,9 @@ fn run(
                 }
                 d.finish(io);
             }
-            Op::Write(o, full) => {
-                let mut io = d.begin(o * BS + (1 << 30), BS, Access::Write, now);
+            Op::Write(v, o, full) => {
+                let mut io = d.begin(VolumeId(v), o * BS + (1 << 30), BS, Access::Write, now);
+                let o = key(v, o).0;
                 let before = model.get(&o).copied();
                 let plan = d.plan_write(&mut io, OriginBlock(o), full, now);
                 d.finish(io);
@@ -149,20 +172,23 @@ fn run(
                     }
                 }
             }
-            Op::MarkClean(o) => {
+            Op::MarkClean(v, o) => {
+                let o = key(v, o).0;
                 d.mark_clean(OriginBlock(o));
                 if let Some(e) = model.get_mut(&o) {
                     e.1 = false;
                 }
             }
-            Op::Invalidate(o) => {
+            Op::Invalidate(v, o) => {
+                let o = key(v, o).0;
                 prop_assert_eq!(d.invalidate(OriginBlock(o)), model.remove(&o).map(|e| e.0));
             }
-            Op::AbortPromotion(o) => {
+            Op::AbortPromotion(v, o) => {
+                let o = key(v, o).0;
                 d.abort_promotion(OriginBlock(o));
                 model.remove(&o);
             }
-            Op::SetMode(m) => d.set_mode(m),
+            Op::SetMode(v, m) => d.set_mode(VolumeId(v), m),
         }
         let r = d.replacement();
         let mut seen = 0usize;
@@ -178,6 +204,19 @@ fn run(
         let c = d.counters();
         prop_assert_eq!(c.resident as usize, model.len());
         prop_assert_eq!(c.dirty as usize, model.values().filter(|e| e.1).count());
+        // Each volume's gauges count its own blocks, and its events add up
+        // to the pool's.
+        let mut sum = 0;
+        for v in 0..VOLUMES {
+            let vc = d.volume_counters(VolumeId(v)).expect("attached");
+            let mine = model
+                .iter()
+                .filter(|(&o, _)| OriginBlock(o).volume() == VolumeId(v));
+            let (n, dirty) = mine.fold((0, 0), |(n, k), (_, e)| (n + 1, k + e.1 as u64));
+            prop_assert_eq!((vc.resident, vc.dirty), (n, dirty), "volume {}", v);
+            sum += vc.read_hits + vc.write_hits + vc.promotions + vc.demotions;
+        }
+        prop_assert_eq!(sum, c.read_hits + c.write_hits + c.promotions + c.demotions);
         let dirty: Vec<_> = model
             .iter()
             .filter(|e| e.1 .1)

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tiercache_policy::director::{ReadPlan, WritePlan};
 use tiercache_policy::{Counters, Director, DirectorConfig, PolicyConfig};
-use tiercache_types::{Access, AdmissionKind, CacheMode, OriginBlock, ReplacementKind};
+use tiercache_types::{Access, AdmissionKind, CacheMode, OriginBlock, ReplacementKind, VolumeId};
 
 /// Requests per chunk handed to the workers.
 pub const CHUNK: usize = 1 << 16;
@@ -642,7 +642,7 @@ impl ConfigRunner {
         }
         let now = r.time;
         let end = r.offset.saturating_add(r.len);
-        let mut io = self.d.begin(r.offset, r.len, r.access, now);
+        let mut io = self.d.begin(VolumeId(0), r.offset, r.len, r.access, now);
         let first = r.offset >> self.shift;
         let last = (end - 1) >> self.shift;
         let mut run = NO_RUN;

@@ -19,8 +19,59 @@ pub const MAX_BLOCK_SIZE: u32 = 1 << 20;
 
 /// Index of a block on the backing ("origin") device, in units of the cache
 /// block size.
+///
+/// In a pool (one cache for many backing volumes) the key of a cached block
+/// is its volume and its block together, [`OriginBlock::of`]: the volume in
+/// the top 16 bits, the block in the low 48. A pool of one is volume 0, so
+/// there the key is the block number itself. The policies only compare and
+/// hash keys; two volumes' blocks are different keys by construction, which
+/// is what keeps one volume's data from ever being served to another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OriginBlock(pub u64);
+
+/// A volume of a pool: the index of its record in the cache's volume table.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct VolumeId(pub u16);
+
+impl VolumeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for VolumeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
+/// Blocks per volume the pool key can address: 2^48 (1 EiB of 4 KiB blocks).
+pub const MAX_VOLUME_BLOCKS: u64 = 1 << OriginBlock::VOLUME_SHIFT;
+
+impl OriginBlock {
+    /// Bit position of the volume in a pool key.
+    pub const VOLUME_SHIFT: u32 = 48;
+
+    /// The pool key of `block` of `volume`. `block` must be below
+    /// [`MAX_VOLUME_BLOCKS`] (checked in debug builds; volumes are refused
+    /// at attach when larger).
+    pub fn of(volume: VolumeId, block: u64) -> OriginBlock {
+        debug_assert!(block < MAX_VOLUME_BLOCKS, "block {block} past 2^48");
+        OriginBlock(((volume.0 as u64) << Self::VOLUME_SHIFT) | block)
+    }
+
+    /// The volume of a pool key.
+    pub fn volume(self) -> VolumeId {
+        VolumeId((self.0 >> Self::VOLUME_SHIFT) as u16)
+    }
+
+    /// The block number within its volume.
+    pub fn block(self) -> u64 {
+        self.0 & (MAX_VOLUME_BLOCKS - 1)
+    }
+}
 
 /// Index of a block (a "slot") on the cache device, in units of the cache
 /// block size. 32 bits: 2^32 slots of 4 KiB is 16 TiB of cache.
@@ -283,6 +334,27 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_keys_keep_volume_and_block_apart() {
+        for (v, b) in [
+            (0u16, 0u64),
+            (0, 77),
+            (1, 0),
+            (7, MAX_VOLUME_BLOCKS - 1),
+            (u16::MAX, 5),
+        ] {
+            let k = OriginBlock::of(VolumeId(v), b);
+            assert_eq!((k.volume(), k.block()), (VolumeId(v), b));
+        }
+        // A pool of one: the key is the block number.
+        assert_eq!(OriginBlock::of(VolumeId(0), 123), OriginBlock(123));
+        // The same block of two volumes: two keys.
+        assert_ne!(
+            OriginBlock::of(VolumeId(1), 9),
+            OriginBlock::of(VolumeId(2), 9)
+        );
+    }
 
     #[test]
     fn names_round_trip() {

@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 use tiercache_policy::{Director, DirectorConfig, PolicyConfig};
-use tiercache_types::{Access, AdmissionKind, CacheMode, OriginBlock, ReplacementKind, Time};
+use tiercache_types::{
+    Access, AdmissionKind, CacheMode, OriginBlock, ReplacementKind, Time, VolumeId,
+};
 
 pub const BLOCK: u32 = 4096;
 /// Stale blocks live far away from the Zipf data set.
@@ -146,7 +148,13 @@ pub fn director(stack: Stack, capacity: u32) -> Director {
 /// One 4 KiB read of `block`; true on a hit.
 pub fn read(d: &mut Director, block: u64, now: &mut Time) -> bool {
     *now = now.add_nanos(NANOS_PER_IO);
-    let mut io = d.begin(block * BLOCK as u64, BLOCK as u64, Access::Read, *now);
+    let mut io = d.begin(
+        VolumeId(0),
+        block * BLOCK as u64,
+        BLOCK as u64,
+        Access::Read,
+        *now,
+    );
     let plan = d.plan_read(&mut io, OriginBlock(block), *now);
     d.finish(io);
     matches!(plan, tiercache_policy::director::ReadPlan::Hit(_))

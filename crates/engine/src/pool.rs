@@ -1,0 +1,268 @@
+//! The pool: one cache shared by many backing volumes. Volumes are
+//! attached and detached while IO runs; each is served through a
+//! [`VolumeHandle`], whose IO can only ever reach that volume's blocks
+//! (their pool keys carry the volume, see
+//! [`OriginBlock::of`](tiercache_types::OriginBlock::of)).
+//!
+//! Detaching writes the volume's dirty blocks back, then, with every
+//! stripe locked (no IO of any volume in flight), drops its clean blocks
+//! and marks it detached, so that IO through a handle still held fails
+//! instead of filling the cache for a volume that is gone.
+
+use crate::volume::Volume;
+use crate::Engine;
+use crate::{EngineError, EngineStats, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tiercache_device::BlockDevice;
+use tiercache_types::{CacheMode, VolumeId};
+
+/// Longest volume name.
+pub const MAX_VOLUME_NAME: usize = 63;
+
+/// Client IO on one volume of an engine's pool.
+#[derive(Clone)]
+pub struct VolumeHandle {
+    engine: Arc<Engine>,
+    volume: Arc<Volume>,
+}
+
+impl VolumeHandle {
+    pub fn id(&self) -> VolumeId {
+        self.volume.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.volume.name
+    }
+
+    /// Size of the volume in bytes (its backing device's size).
+    pub fn size(&self) -> u64 {
+        self.volume.size
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// As [`Engine::read`], on this volume.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.engine.read_in(&self.volume, offset, buf)
+    }
+
+    /// As [`Engine::read_if_cached`], on this volume.
+    pub fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
+        self.engine.read_if_cached_in(&self.volume, offset, buf)
+    }
+
+    /// As [`Engine::write`], on this volume.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.engine.write_in(&self.volume, offset, data, fua)
+    }
+
+    /// As [`Engine::write_zeroes`], on this volume.
+    pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.engine.write_zeroes_in(&self.volume, offset, len, fua)
+    }
+
+    /// As [`Engine::trim`], on this volume.
+    pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.engine.trim_in(&self.volume, offset, len)
+    }
+
+    /// As [`Engine::flush`], for this volume (the cache device, then this
+    /// volume's backing device).
+    pub fn flush(&self) -> Result<()> {
+        self.engine.flush_in(&self.volume)
+    }
+
+    /// This volume's counters.
+    pub fn stats(&self) -> EngineStats {
+        self.engine.stats_of(&self.volume)
+    }
+}
+
+impl Engine {
+    /// Attaches a backing volume to the pool and returns its id. `name`
+    /// (1 to 63 of `A-Z a-z 0-9 . _ -`) must be unused in the pool.
+    /// A persistent cache keeps one volume until its format records more
+    /// (refused here with a message).
+    pub fn attach_volume(
+        &self,
+        name: &str,
+        backing: Arc<dyn BlockDevice>,
+        mode: CacheMode,
+        sequential_cutoff: u64,
+    ) -> Result<VolumeId> {
+        check_name(name)?;
+        if self.persist.is_some() {
+            return Err(EngineError::Config(
+                "this cache's on-disk format records one backing volume; attaching more needs \
+                 a pool format"
+                    .into(),
+            ));
+        }
+        let mut volumes = self.volumes.write();
+        if volumes.iter().flatten().any(|v| v.name == name) {
+            return Err(EngineError::Config(format!(
+                "a volume named {name:?} is already in the pool"
+            )));
+        }
+        let index = match volumes.iter().position(|v| v.is_none()) {
+            Some(i) => i,
+            None if volumes.len() <= u16::MAX as usize => volumes.len(),
+            None => {
+                return Err(EngineError::Config(
+                    "the pool has 65536 volumes already".into(),
+                ))
+            }
+        };
+        let id = VolumeId(index as u16);
+        let volume = Volume::new(id, name, backing, self.block_size as u32)?;
+        if !self
+            .director
+            .lock()
+            .attach_volume(id, mode, sequential_cutoff)
+        {
+            return Err(EngineError::Config(format!(
+                "volume {id} is still known to the policy"
+            )));
+        }
+        if index == volumes.len() {
+            volumes.push(Some(Arc::new(volume)));
+        } else {
+            volumes[index] = Some(Arc::new(volume));
+        }
+        Ok(id)
+    }
+
+    /// A handle for client IO on volume `id`.
+    pub fn volume_handle(self: &Arc<Self>, id: VolumeId) -> Result<VolumeHandle> {
+        Ok(VolumeHandle {
+            engine: self.clone(),
+            volume: self.volume(id)?,
+        })
+    }
+
+    /// The attached volumes: id and name, in id order.
+    pub fn volume_names(&self) -> Vec<(VolumeId, String)> {
+        self.all_volumes()
+            .iter()
+            .map(|v| (v.id, v.name.clone()))
+            .collect()
+    }
+
+    /// Counters of volume `id`.
+    pub fn volume_stats(&self, id: VolumeId) -> Result<EngineStats> {
+        Ok(self.stats_of(&*self.volume(id)?))
+    }
+
+    fn stats_of(&self, vol: &Volume) -> EngineStats {
+        let mut s = self.stats();
+        let d = self.director.lock();
+        s.mode = d.mode(vol.id);
+        s.sequential_cutoff = d.sequential_cutoff(vol.id);
+        s.decisions = d.volume_counters(vol.id).unwrap_or_default();
+        drop(d);
+        let io = EngineStats::io_part(&vol.io);
+        s.backing_bytes = vol.size;
+        s.read_bytes = io[0];
+        s.write_bytes = io[1];
+        s.read_hit_bytes = io[2];
+        s.writeback_bytes = io[3];
+        s.backing_read_errors = io[6];
+        s.backing_write_errors = io[7];
+        s.flushes = io[8];
+        s.trims = io[9];
+        s
+    }
+
+    /// Changes volume `id`'s mode for IOs from now on (dirty blocks stay
+    /// dirty and keep being served).
+    pub fn set_volume_mode(&self, id: VolumeId, mode: CacheMode) -> Result<()> {
+        self.volume(id)?;
+        self.director.lock().set_mode(id, mode);
+        Ok(())
+    }
+
+    /// Detaches volume `id`: writes its dirty blocks back (reporting
+    /// `progress(cleaned, total)`), drops its clean blocks, frees its id.
+    /// IO through a handle still held fails from then on. Volume 0, the
+    /// one the engine was built with, stays.
+    pub fn detach_volume(&self, id: VolumeId, mut progress: impl FnMut(u64, u64)) -> Result<()> {
+        if id == VolumeId(0) {
+            return Err(EngineError::Config(
+                "volume 0 is the engine's own; stop the engine instead".into(),
+            ));
+        }
+        let vol = self.volume(id)?;
+        let total = self.volume_dirty(id);
+        let mut done = 0;
+        progress(0, total);
+        loop {
+            // Dirty blocks first, without holding up other volumes' IO.
+            while self.volume_dirty(id) > 0 {
+                let n = self.clean_volume(id, 1024)?;
+                done += n as u64;
+                progress(done, total.max(done));
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            // Then, with no IO in flight anywhere, the rest.
+            let _all = self.locks.exclusive(0..u64::MAX);
+            if self.volume_dirty(id) > 0 {
+                continue; // written again meanwhile
+            }
+            vol.detached.store(true, Ordering::Release);
+            let mut d = self.director.lock();
+            let mut mine = Vec::new();
+            d.replacement().for_each_resident(&mut |o, c, _| {
+                if o.volume() == id {
+                    mine.push((o, c));
+                }
+            });
+            for (o, c) in mine {
+                d.invalidate(o);
+                self.slot_dropped(Some(o), c);
+            }
+            d.detach_volume(id)
+                .map_err(|e| EngineError::Config(e.to_string()))?;
+            drop(d);
+            self.volumes.write()[id.index()] = None;
+            return Ok(());
+        }
+    }
+
+    /// Dirty blocks of volume `id` now.
+    fn volume_dirty(&self, id: VolumeId) -> u64 {
+        self.director
+            .lock()
+            .volume_counters(id)
+            .map_or(0, |c| c.dirty)
+    }
+
+    /// [`Engine::clean`], only for volume `id`'s blocks.
+    fn clean_volume(&self, id: VolumeId, max_blocks: usize) -> Result<usize> {
+        let mut dirty = self.director.lock().dirty_blocks_unordered();
+        dirty.retain(|(o, _)| o.volume() == id);
+        self.clean_sorted(dirty, max_blocks)
+    }
+}
+
+/// Refuses a volume name that could not be an NBD export name, a file
+/// name or a Prometheus label as it is.
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_VOLUME_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(EngineError::Config(format!(
+            "volume name {name:?}: use 1 to {MAX_VOLUME_NAME} letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
