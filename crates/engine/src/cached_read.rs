@@ -7,6 +7,7 @@ use crate::volume::Volume;
 use crate::Engine;
 use std::sync::Arc;
 use tiercache_policy::director::ReadPlan;
+use tiercache_policy::BlockPlan;
 use tiercache_types::{Access, CacheBlock};
 
 /// A cache hit being read by the caller (see [`Engine::begin_cached_read`]):
@@ -89,22 +90,24 @@ impl Engine {
         }
         IoCounters::add(&vol.io.read_bytes, len);
         self.note_client_io(now);
-        let mut io = d.begin(vol.id, offset, len, Access::Read, now);
         let mut pieces = Vec::with_capacity(pinned.capacity());
-        for b in blocks {
-            // Every block was checked a ready hit in this critical section,
-            // so the plan is a hit and the pin holds.
-            match d.plan_read(&mut io, vol.key(b), now) {
-                ReadPlan::Hit(c) if self.slots.try_pin(c) => {
-                    pinned.push(c);
-                    let (dev_off, buf_off, n) = vol.piece(b, offset, len);
-                    let within = dev_off - b * self.block_size;
-                    pieces.push((self.slot_offset(c) + within, buf_off, n));
+        d.plan_io(
+            &vol.request(offset, len, Access::Read),
+            now,
+            |b, _, plan| {
+                // Every block was checked a ready hit in this critical section,
+                // so the plan is a hit and the pin holds.
+                match plan {
+                    BlockPlan::Read(ReadPlan::Hit(c)) if self.slots.try_pin(c) => {
+                        pinned.push(c);
+                        let (dev_off, buf_off, n) = vol.piece(b, offset, len);
+                        let within = dev_off - b * self.block_size;
+                        pieces.push((self.slot_offset(c) + within, buf_off, n));
+                    }
+                    _ => unreachable!("a ready hit planned as something else"),
                 }
-                _ => unreachable!("a ready hit planned as something else"),
-            }
-        }
-        d.finish(io);
+            },
+        );
         drop(d);
         Some(CachedRange {
             engine: self,

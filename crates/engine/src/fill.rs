@@ -22,10 +22,10 @@ impl Engine {
         crc: Option<u32>,
     ) {
         let mut d = self.director.lock();
-        if self.slots.is_current(c, ticket) && d.replacement().lookup(vol.key(b)) == Some(c) {
+        if self.slots.is_current(c, ticket) && d.lookup(vol.key(b)) == Some(c) {
             if let Some(crc) = crc {
                 self.slots.mark_ready(c, ticket);
-                if d.replacement().is_dirty(vol.key(b)) {
+                if d.is_dirty(vol.key(b)) {
                     let e = self.dirty_entry(&d, vol.key(b));
                     self.record(c, Some(e));
                 } else {

@@ -23,7 +23,7 @@ impl Engine {
         }
         if let Err(e) = self.cache.flush() {
             self.cache_error(&e, true);
-            if self.director.lock().replacement().dirty_len() > 0 {
+            if self.director.lock().dirty_len() > 0 {
                 return Err(EngineError::CacheDirty {
                     device: self.cache.describe(),
                     source: e,
@@ -35,7 +35,7 @@ impl Engine {
 
     /// Dirty blocks now.
     pub fn dirty_blocks(&self) -> u64 {
-        self.director.lock().replacement().dirty_len() as u64
+        self.director.lock().dirty_len() as u64
     }
 
     /// Flushes every attached volume's backing device (before a clean

@@ -191,7 +191,7 @@ impl Engine {
 
     /// Cache size in blocks.
     pub fn capacity(&self) -> u32 {
-        self.director.lock().replacement().capacity()
+        self.director.lock().capacity()
     }
 
     pub fn mode(&self) -> CacheMode {

@@ -303,7 +303,7 @@ impl Engine {
             entry: Some(Entry {
                 oblock: b.0,
                 dirty: false,
-                hint: d.replacement().hint(b),
+                hint: d.hint(b),
                 crc: Some(crc),
             }),
             claim_gen: Some(gen),
@@ -423,7 +423,7 @@ impl Engine {
         Entry {
             oblock: b.0,
             dirty: true,
-            hint: d.replacement().hint(b),
+            hint: d.hint(b),
             crc: None,
         }
     }
@@ -594,10 +594,10 @@ impl Engine {
         let mut mapping = vec![None; capacity];
         {
             let d = self.director.lock();
-            if detach && d.replacement().dirty_len() > 0 {
+            if detach && d.dirty_len() > 0 {
                 return Err(EngineError::Config(format!(
                     "cannot detach: {} dirty blocks are not written back",
-                    d.replacement().dirty_len()
+                    d.dirty_len()
                 )));
             }
             if !detach {

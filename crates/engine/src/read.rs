@@ -9,6 +9,7 @@ use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
 use tiercache_device::AlignedBuf;
 use tiercache_policy::director::ReadPlan;
+use tiercache_policy::BlockPlan;
 use tiercache_policy::Director;
 use tiercache_types::{Access, CacheBlock};
 
@@ -114,18 +115,23 @@ impl Engine {
             }
             IoCounters::add(&vol.io.read_bytes, len);
             self.note_client_io(now);
-            let mut io = d.begin(vol.id, offset, len, Access::Read, now);
-            for b in blocks.clone() {
-                steps.push(match d.plan_read(&mut io, vol.key(b), now) {
-                    ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
-                    ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
-                    ReadPlan::Promote(ins) => {
-                        self.slot_dropped(ins.evicted, ins.cblock);
-                        ReadStep::Promote(ins.cblock, self.slots.mark_filling(ins.cblock))
-                    }
-                });
-            }
-            d.finish(io);
+            d.plan_io(
+                &vol.request(offset, len, Access::Read),
+                now,
+                |_, _, plan| {
+                    let BlockPlan::Read(plan) = plan else {
+                        unreachable!("a read planned as a write")
+                    };
+                    steps.push(match plan {
+                        ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
+                        ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
+                        ReadPlan::Promote(ins) => {
+                            self.slot_dropped(ins.evicted, ins.cblock);
+                            ReadStep::Promote(ins.cblock, self.slots.mark_filling(ins.cblock))
+                        }
+                    });
+                },
+            );
         }
 
         let mut first_error = None;
@@ -145,13 +151,13 @@ impl Engine {
                 Err(e) => {
                     self.cache_error(&e, false);
                     let mut d = self.director.lock();
-                    if d.replacement().is_dirty(vol.key(b)) {
+                    if d.is_dirty(vol.key(b)) {
                         first_error.get_or_insert(EngineError::CacheDirty {
                             device: self.cache.describe(),
                             source: e,
                         });
                     } else {
-                        if d.replacement().lookup(vol.key(b)) == Some(c) {
+                        if d.lookup(vol.key(b)) == Some(c) {
                             d.invalidate(vol.key(b));
                             self.slot_dropped(Some(vol.key(b)), c);
                         }

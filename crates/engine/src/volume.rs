@@ -10,7 +10,8 @@ use crate::{EngineError, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
-use tiercache_types::{OriginBlock, VolumeId, MAX_VOLUME_BLOCKS, SECTOR_SIZE};
+use tiercache_policy::IoRequest;
+use tiercache_types::{Access, OriginBlock, VolumeId, MAX_VOLUME_BLOCKS, SECTOR_SIZE};
 
 /// One backing volume attached to the engine.
 pub(crate) struct Volume {
@@ -85,6 +86,17 @@ impl Volume {
                 len,
                 size: self.size,
             }),
+        }
+    }
+
+    /// An IO of this volume as the director plans it.
+    pub(crate) fn request(&self, offset: u64, len: u64, access: Access) -> IoRequest {
+        IoRequest {
+            volume: self.id,
+            offset,
+            len,
+            access,
+            volume_size: self.size,
         }
     }
 

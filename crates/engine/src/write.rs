@@ -9,6 +9,7 @@ use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
 use tiercache_policy::director::WritePlan;
+use tiercache_policy::BlockPlan;
 use tiercache_types::{Access, CacheBlock};
 
 /// What to do with one block of a write, once planned.
@@ -48,60 +49,22 @@ impl Engine {
         let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
         {
             let mut d = self.director.lock();
-            let mut io = d.begin(vol.id, offset, len, Access::Write, now);
-            for b in blocks.clone() {
-                let (bs, be) = vol.block_span(b);
-                let full = offset <= bs && offset + len >= be;
-                let was_dirty = d.replacement().is_dirty(vol.key(b));
-                let was_in = d.replacement().lookup(vol.key(b));
-                let step = match d.plan_write(&mut io, vol.key(b), full, now) {
-                    WritePlan::Backing => {
-                        if let Some(c) = was_in {
-                            // Passthrough dropped the clean cached copy.
-                            self.slot_dropped(Some(vol.key(b)), c);
-                        }
-                        WriteStep {
-                            backing: true,
-                            cache: None,
-                            ticket: None,
-                            newly_dirty: false,
-                        }
-                    }
-                    WritePlan::Through {
-                        cblock,
-                        allocated,
-                        evicted,
-                    }
-                    | WritePlan::Dirty {
-                        cblock,
-                        allocated,
-                        evicted,
-                    } => {
-                        let backing = !d.replacement().is_dirty(vol.key(b));
-                        if allocated {
-                            self.slot_dropped(evicted, cblock);
-                            WriteStep {
-                                backing,
-                                cache: Some(cblock),
-                                ticket: Some(self.slots.mark_filling(cblock)),
-                                newly_dirty: false,
+            // A mapped slot found not ready (cannot happen: the block's
+            // stripe is held exclusively, so no fill of it is under way).
+            let mut not_ready = Vec::new();
+            d.plan_io(
+                &vol.request(offset, len, Access::Write),
+                now,
+                |b, before, plan| {
+                    let BlockPlan::Write(plan) = plan else {
+                        unreachable!("a write planned as a read")
+                    };
+                    let step = match plan {
+                        WritePlan::Backing => {
+                            if let Some(c) = before.cached {
+                                // Passthrough dropped the clean cached copy.
+                                self.slot_dropped(Some(vol.key(b)), c);
                             }
-                        } else if self.slots.try_pin(cblock) {
-                            WriteStep {
-                                backing,
-                                cache: Some(cblock),
-                                ticket: None,
-                                newly_dirty: !backing && !was_dirty,
-                            }
-                        } else {
-                            // Unreachable: we hold the block's stripe
-                            // exclusively, so no fill of it is under way.
-                            debug_assert!(
-                                false,
-                                "mapped slot of an exclusively locked block not ready"
-                            );
-                            d.invalidate(vol.key(b));
-                            self.slot_dropped(Some(vol.key(b)), cblock);
                             WriteStep {
                                 backing: true,
                                 cache: None,
@@ -109,11 +72,56 @@ impl Engine {
                                 newly_dirty: false,
                             }
                         }
-                    }
-                };
-                steps.push(step);
+                        WritePlan::Through {
+                            cblock,
+                            allocated,
+                            evicted,
+                        }
+                        | WritePlan::Dirty {
+                            cblock,
+                            allocated,
+                            evicted,
+                        } => {
+                            // Through: the block stays clean, so the backing
+                            // device gets the data too; Dirty: the cache only.
+                            let backing = matches!(plan, WritePlan::Through { .. });
+                            if allocated {
+                                self.slot_dropped(evicted, cblock);
+                                WriteStep {
+                                    backing,
+                                    cache: Some(cblock),
+                                    ticket: Some(self.slots.mark_filling(cblock)),
+                                    newly_dirty: false,
+                                }
+                            } else if self.slots.try_pin(cblock) {
+                                WriteStep {
+                                    backing,
+                                    cache: Some(cblock),
+                                    ticket: None,
+                                    newly_dirty: !backing && !before.dirty,
+                                }
+                            } else {
+                                debug_assert!(
+                                    false,
+                                    "mapped slot of an exclusively locked block not ready"
+                                );
+                                not_ready.push((b, cblock));
+                                WriteStep {
+                                    backing: true,
+                                    cache: None,
+                                    ticket: None,
+                                    newly_dirty: false,
+                                }
+                            }
+                        }
+                    };
+                    steps.push(step);
+                },
+            );
+            for (b, cblock) in not_ready {
+                d.invalidate(vol.key(b));
+                self.slot_dropped(Some(vol.key(b)), cblock);
             }
-            d.finish(io);
         }
 
         let mut first_error = None;
@@ -137,7 +145,7 @@ impl Engine {
             match r {
                 Ok(()) if step.newly_dirty => {
                     let d = self.director.lock();
-                    if d.replacement().lookup(vol.key(b)) == Some(c) {
+                    if d.lookup(vol.key(b)) == Some(c) {
                         let e = self.dirty_entry(&d, vol.key(b));
                         self.record(c, Some(e));
                     }
@@ -148,7 +156,7 @@ impl Engine {
                         // Withdraw the old claim, so later writes need no
                         // flush; the block stays cached, unclaimed.
                         let d = self.director.lock();
-                        if d.replacement().lookup(vol.key(b)) == Some(c) {
+                        if d.lookup(vol.key(b)) == Some(c) {
                             self.record(c, None);
                         }
                     }
@@ -159,7 +167,7 @@ impl Engine {
                         // Writethrough: the backing device gets the data;
                         // drop the now stale cached copy.
                         let mut d = self.director.lock();
-                        if d.replacement().lookup(vol.key(b)) == Some(c) {
+                        if d.lookup(vol.key(b)) == Some(c) {
                             d.invalidate(vol.key(b));
                             self.slot_dropped(Some(vol.key(b)), c);
                         }
@@ -213,7 +221,7 @@ impl Engine {
                         Some(t) => self.end_fill(vol, b, c, t, None),
                         None => {
                             let mut d = self.director.lock();
-                            if d.replacement().lookup(vol.key(b)) == Some(c) {
+                            if d.lookup(vol.key(b)) == Some(c) {
                                 d.invalidate(vol.key(b));
                                 self.slot_dropped(Some(vol.key(b)), c);
                             }
@@ -300,7 +308,7 @@ impl Engine {
             for b in blocks {
                 let (bs, be) = vol.block_span(b);
                 if offset <= bs && offset + len >= be {
-                    let dirty = d.replacement().is_dirty(vol.key(b));
+                    let dirty = d.is_dirty(vol.key(b));
                     if let Some(c) = d.invalidate(vol.key(b)) {
                         self.slot_dropped(Some(vol.key(b)), c);
                         if dirty {

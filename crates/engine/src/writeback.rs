@@ -103,9 +103,7 @@ impl Engine {
         {
             let d = self.director.lock();
             for &(o, c) in run {
-                let ok = d.replacement().lookup(o) == Some(c)
-                    && d.replacement().is_dirty(o)
-                    && self.slots.try_pin(c);
+                let ok = d.lookup(o) == Some(c) && d.is_dirty(o) && self.slots.try_pin(c);
                 still.push(ok);
             }
         }

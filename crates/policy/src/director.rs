@@ -98,6 +98,28 @@ pub struct IoPlan {
     misses: u32,
 }
 
+/// One client IO, as [`Director::plan_io`] takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoRequest {
+    pub volume: VolumeId,
+    /// Byte offset and length on the volume.
+    pub offset: u64,
+    pub len: u64,
+    pub access: Access,
+    /// The volume's size in bytes (`u64::MAX` when unknown, as for a
+    /// trace): its last block may be short, and a write reaching the
+    /// volume's end covers that short block whole.
+    pub volume_size: u64,
+}
+
+/// A block as it was just before its plan: where it was cached and
+/// whether it was dirty (computed for writes only; reads get the default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Before {
+    pub cached: Option<CacheBlock>,
+    pub dirty: bool,
+}
+
 /// Either kind of block plan, for code that handles both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockPlan {
@@ -324,6 +346,47 @@ impl Director {
         }
         let bs = self.block_size as u64;
         offset / bs..(offset + len).div_ceil(bs)
+    }
+
+    /// Plans a whole client IO in one call: starts it, plans each block in
+    /// order, calling `each(block, before, plan)` with the block's number
+    /// on its volume, then finishes it. The live engine and the simulator
+    /// both plan through here, so they take every decision alike (a write
+    /// over a short last block counts as a full block in both).
+    ///
+    /// `each` runs with the director borrowed: it records what to do, it
+    /// cannot ask the director anything.
+    pub fn plan_io(
+        &mut self,
+        req: &IoRequest,
+        now: Time,
+        mut each: impl FnMut(u64, Before, BlockPlan),
+    ) -> IoPlan {
+        let mut io = self.begin(req.volume, req.offset, req.len, req.access, now);
+        let end = req.offset.saturating_add(req.len);
+        let bs = self.block_size as u64;
+        for b in self.blocks_of(req.offset, req.len) {
+            let key = OriginBlock::of(req.volume, b);
+            match req.access {
+                Access::Read => {
+                    let plan = self.plan_read(&mut io, key, now);
+                    each(b, Before::default(), BlockPlan::Read(plan));
+                }
+                Access::Write => {
+                    let bstart = b * bs;
+                    let bend = bstart.saturating_add(bs).min(req.volume_size);
+                    let full = req.offset <= bstart && end >= bend;
+                    let before = Before {
+                        cached: self.replacement.lookup(key),
+                        dirty: self.replacement.is_dirty(key),
+                    };
+                    let plan = self.plan_write(&mut io, key, full, now);
+                    each(b, before, BlockPlan::Write(plan));
+                }
+            }
+        }
+        self.finish(io);
+        io
     }
 
     /// Starts an IO of `volume` (attached): counts it and decides whether
@@ -604,6 +667,42 @@ impl Director {
             }
         });
         v
+    }
+
+    /// The slot holding `oblock`, if cached.
+    pub fn lookup(&self, oblock: OriginBlock) -> Option<CacheBlock> {
+        self.replacement.lookup(oblock)
+    }
+
+    /// Whether `oblock` is cached and dirty.
+    pub fn is_dirty(&self, oblock: OriginBlock) -> bool {
+        self.replacement.is_dirty(oblock)
+    }
+
+    /// The block slot `cblock` holds, if any.
+    pub fn oblock_of(&self, cblock: CacheBlock) -> Option<OriginBlock> {
+        self.replacement.oblock_of(cblock)
+    }
+
+    /// The replacement policy's advisory value for `oblock` (saved with the
+    /// mapping).
+    pub fn hint(&self, oblock: OriginBlock) -> u8 {
+        self.replacement.hint(oblock)
+    }
+
+    /// Dirty blocks in the whole cache.
+    pub fn dirty_len(&self) -> u32 {
+        self.replacement.dirty_len()
+    }
+
+    /// Blocks in the cache.
+    pub fn resident_len(&self) -> u32 {
+        self.replacement.len()
+    }
+
+    /// Cache size in blocks.
+    pub fn capacity(&self) -> u32 {
+        self.replacement.capacity()
     }
 
     /// The pool's counters, gauges included.

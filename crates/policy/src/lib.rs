@@ -38,7 +38,7 @@ mod volumes;
 pub use adaptive::Adaptive;
 pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};
 pub use arc::Arc;
-pub use director::{BlockPlan, Counters, Director, DirectorConfig, IoPlan};
+pub use director::{Before, BlockPlan, Counters, Director, DirectorConfig, IoPlan, IoRequest};
 pub use fifo::Fifo;
 pub use ghost::CompactGhost;
 pub use lru::Lru;

@@ -1,7 +1,7 @@
 //! Simulator speed (harness = false):
 //!
 //! 1. requests/s/core through the Director for LRU and for the default
-//!    policy (smq+hotspot) on a 10M-request zipf:1.2 trace, exactly the
+//!    policy (adaptive+always) on a 10M-request zipf:1.2 trace, exactly the
 //!    per-request path `simulate` runs (`ConfigRunner::process`: Director
 //!    plus device pricing and latency histogram), single thread;
 //! 2. the whole `simulate` driver on the same trace with several
@@ -153,7 +153,7 @@ fn main() {
             &spec,
         ),
         (
-            "smq+hotspot (default)",
+            "adaptive+always (default)",
             tiercache_policy::PolicyConfig::default(),
             &spec,
         ),
@@ -163,7 +163,7 @@ fn main() {
             &no_cutoff,
         ),
         (
-            "smq+hotspot, sequential cutoff off",
+            "adaptive+always (default), sequential cutoff off",
             tiercache_policy::PolicyConfig::default(),
             &no_cutoff,
         ),

@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tiercache_policy::director::{ReadPlan, WritePlan};
-use tiercache_policy::{Counters, Director, DirectorConfig, PolicyConfig};
-use tiercache_types::{Access, AdmissionKind, CacheMode, OriginBlock, ReplacementKind, VolumeId};
+use tiercache_policy::{BlockPlan, Counters, Director, DirectorConfig, IoRequest, PolicyConfig};
+use tiercache_types::{Access, AdmissionKind, CacheMode, ReplacementKind, VolumeId};
 
 /// Requests per chunk handed to the workers.
 pub const CHUNK: usize = 1 << 16;
@@ -102,6 +102,11 @@ pub struct SimSpec {
     /// (see [`Convergence`]); `None` replays the whole input.
     #[serde(default)]
     pub converge: Option<Convergence>,
+    /// Size of the origin device in bytes, when known (a synthetic
+    /// workload's data): a write over its short last block then covers that
+    /// block whole, as in the engine. `None`: unbounded (a trace).
+    #[serde(default)]
+    pub device_size: Option<u64>,
 }
 
 /// When a run may stop early because its answers no longer change: the
@@ -179,6 +184,7 @@ impl Default for SimSpec {
             mrc: Some(MrcSpec::default()),
             threads: 0,
             converge: None,
+            device_size: None,
         }
     }
 }
@@ -503,7 +509,6 @@ const PROMOTE: u8 = 2;
 const BACKING: u8 = 3;
 const THROUGH: u8 = 4;
 const DIRTY: u8 = 5;
-const NO_RUN: u8 = u8::MAX;
 
 /// (uses fast device, uses slow device) per class.
 const USES: [(bool, bool); 6] = [
@@ -525,6 +530,11 @@ pub struct ConfigRunner {
     d: Director,
     shift: u32,
     bs: u64,
+    /// The origin device's size (`u64::MAX` when unknown): a write over
+    /// its short last block covers that block whole, as in the engine.
+    volume_size: u64,
+    /// The current request's runs of blocks of one class: (class, bytes).
+    classes: Vec<(u8, u64)>,
     device: DeviceModel,
     hist: LatencyHistogram,
     /// Latency / busy time of a one-block IO per class (the common case).
@@ -573,6 +583,8 @@ impl ConfigRunner {
             d,
             shift: bs.trailing_zeros(),
             bs,
+            volume_size: spec.device_size.unwrap_or(u64::MAX),
+            classes: Vec::with_capacity(8),
             device: spec.device.clone(),
             hist: LatencyHistogram::new(),
             lat_block: [0; 6],
@@ -642,44 +654,40 @@ impl ConfigRunner {
         }
         let now = r.time;
         let end = r.offset.saturating_add(r.len);
-        let mut io = self.d.begin(VolumeId(0), r.offset, r.len, r.access, now);
-        let first = r.offset >> self.shift;
-        let last = (end - 1) >> self.shift;
-        let mut run = NO_RUN;
-        let mut run_bytes = 0u64;
-        let mut lat = 0u64;
-        for b in first..=last {
-            let bstart = b << self.shift;
-            let bend = bstart.saturating_add(self.bs);
+        let req = IoRequest {
+            volume: VolumeId(0),
+            offset: r.offset,
+            len: r.len,
+            access: r.access,
+            volume_size: self.volume_size,
+        };
+        let (shift, bs) = (self.shift, self.bs);
+        // Runs of blocks of one class are priced as one device IO each;
+        // the plans are collected first (the director is busy planning).
+        let classes = &mut self.classes;
+        classes.clear();
+        self.d.plan_io(&req, now, |b, _, plan| {
+            let bstart = b << shift;
             let lo = r.offset.max(bstart);
-            let hi = end.min(bend);
-            let class = match r.access {
-                Access::Read => match self.d.plan_read(&mut io, OriginBlock(b), now) {
-                    ReadPlan::Hit(_) => HIT,
-                    ReadPlan::Miss => MISS,
-                    ReadPlan::Promote(_) => PROMOTE,
-                },
-                Access::Write => {
-                    let full = lo == bstart && hi == bend;
-                    match self.d.plan_write(&mut io, OriginBlock(b), full, now) {
-                        WritePlan::Backing => BACKING,
-                        WritePlan::Through { .. } => THROUGH,
-                        WritePlan::Dirty { .. } => DIRTY,
-                    }
-                }
+            let hi = end.min(bstart.saturating_add(bs));
+            let class = match plan {
+                BlockPlan::Read(ReadPlan::Hit(_)) => HIT,
+                BlockPlan::Read(ReadPlan::Miss) => MISS,
+                BlockPlan::Read(ReadPlan::Promote(_)) => PROMOTE,
+                BlockPlan::Write(WritePlan::Backing) => BACKING,
+                BlockPlan::Write(WritePlan::Through { .. }) => THROUGH,
+                BlockPlan::Write(WritePlan::Dirty { .. }) => DIRTY,
             };
-            if class == run {
-                run_bytes += hi - lo;
-            } else {
-                if run != NO_RUN {
-                    lat += self.run_cost(run, run_bytes);
-                }
-                run = class;
-                run_bytes = hi - lo;
+            match classes.last_mut() {
+                Some((c, n)) if *c == class => *n += hi - lo,
+                _ => classes.push((class, hi - lo)),
             }
+        });
+        let mut lat = 0u64;
+        for k in 0..self.classes.len() {
+            let (class, bytes) = self.classes[k];
+            lat += self.run_cost(class, bytes);
         }
-        lat += self.run_cost(run, run_bytes);
-        self.d.finish(io);
         self.hist.record(lat);
         if let Some((high, low)) = self.cleaner {
             if r.access == Access::Write && self.d.replacement().dirty_len() > high {
