@@ -5,6 +5,7 @@ use crate::claims;
 use crate::stats::IoCounters;
 use crate::{Engine, EngineError, Result};
 use tiercache_device::AlignedBuf;
+use tiercache_policy::writeback::choose_writeback;
 use tiercache_types::{CacheBlock, OriginBlock};
 
 thread_local! {
@@ -63,12 +64,11 @@ impl Engine {
     /// volume, each in backing-device order), merging neighbours.
     pub(crate) fn clean_sorted(
         &self,
-        mut dirty: Vec<(OriginBlock, CacheBlock)>,
+        dirty: Vec<(OriginBlock, CacheBlock)>,
         max_blocks: usize,
     ) -> Result<usize> {
-        // Sorted (backing-device order) outside the director's lock.
-        dirty.sort_unstable();
-        dirty.truncate(max_blocks);
+        // Chosen (sorted: backing-device order) outside the director's lock.
+        let dirty = choose_writeback(dirty, max_blocks);
         if dirty.is_empty() {
             return Ok(0);
         }

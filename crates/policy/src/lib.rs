@@ -34,6 +34,7 @@ pub mod sieve;
 pub mod slots;
 pub mod smq;
 mod volumes;
+pub mod writeback;
 
 pub use adaptive::Adaptive;
 pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};

@@ -9,9 +9,11 @@
 //! the whole block), then `finish`. The plans are priced by the
 //! [`crate::device::DeviceModel`].
 //!
-//! Writeback mode: a simple cleaner (if enabled) writes dirty blocks back in
-//! origin order whenever more than `high_dirty` of the cache is dirty, down
-//! to `low_dirty`, like a bcache-style writeback target. Writebacks are
+//! Writeback mode: a simple cleaner (if enabled) writes dirty blocks back
+//! whenever more than `high_dirty` of the cache is dirty, down to
+//! `low_dirty`, like a bcache-style writeback target. Which blocks is the
+//! engine's choice ([`choose_writeback`]: origin order); when is a model,
+//! since a synthetic stream has no time to pace by. Writebacks are
 //! background IO: they cost device capacity (and so IOPS) but no request
 //! latency. Dirty blocks left at the end are reported.
 //!
@@ -32,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tiercache_policy::director::{ReadPlan, WritePlan};
+use tiercache_policy::writeback::choose_writeback;
 use tiercache_policy::{BlockPlan, Counters, Director, DirectorConfig, IoRequest, PolicyConfig};
 use tiercache_types::{Access, AdmissionKind, CacheMode, ReplacementKind, VolumeId};
 
@@ -45,6 +48,20 @@ pub struct CleanerSpec {
     pub high_dirty: f64,
     /// Clean down to this dirty share.
     pub low_dirty: f64,
+}
+
+impl CleanerSpec {
+    /// Blocks to write back now with `dirty` of `capacity` blocks dirty:
+    /// none up to `high_dirty`, else down to `low_dirty`.
+    pub fn to_clean(&self, dirty: u64, capacity: u32) -> u64 {
+        let high = (self.high_dirty.clamp(0.0, 1.0) * capacity as f64) as u64;
+        let low = (self.low_dirty.clamp(0.0, 1.0) * capacity as f64) as u64;
+        if dirty > high {
+            dirty - low
+        } else {
+            0
+        }
+    }
 }
 
 impl Default for CleanerSpec {
@@ -543,7 +560,7 @@ pub struct ConfigRunner {
     slow_busy_block: [u64; 6],
     fast_busy: u128,
     slow_busy: u128,
-    cleaner: Option<(u32, u32)>,
+    cleaner: Option<CleanerSpec>,
     cleaner_writebacks: u64,
     /// Requests seen (zero-length ones included).
     requests: u64,
@@ -592,13 +609,7 @@ impl ConfigRunner {
             slow_busy_block: [0; 6],
             fast_busy: 0,
             slow_busy: 0,
-            cleaner: match (spec.mode, spec.cleaner) {
-                (CacheMode::WriteBack, Some(c)) => Some((
-                    (c.high_dirty.clamp(0.0, 1.0) * capacity as f64) as u32,
-                    (c.low_dirty.clamp(0.0, 1.0) * capacity as f64) as u32,
-                )),
-                _ => None,
-            },
+            cleaner: spec.cleaner.filter(|_| spec.mode == CacheMode::WriteBack),
             cleaner_writebacks: 0,
             requests: 0,
             fill: None,
@@ -689,9 +700,12 @@ impl ConfigRunner {
             lat += self.run_cost(class, bytes);
         }
         self.hist.record(lat);
-        if let Some((high, low)) = self.cleaner {
-            if r.access == Access::Write && self.d.replacement().dirty_len() > high {
-                self.clean(low);
+        if let Some(c) = self.cleaner {
+            if r.access == Access::Write {
+                let n = c.to_clean(self.d.dirty_len() as u64, self.capacity);
+                if n > 0 {
+                    self.clean(n as usize);
+                }
             }
         }
         if self.fill.is_none() {
@@ -725,10 +739,10 @@ impl ConfigRunner {
     }
 
     /// Writes dirty blocks back in origin order until at most `low` remain.
-    fn clean(&mut self, low: u32) {
-        let dirty = self.d.dirty_blocks();
-        let excess = dirty.len().saturating_sub(low as usize);
-        for (o, _) in dirty.into_iter().take(excess) {
+    /// Writes back `n` dirty blocks, the ones the engine would choose.
+    fn clean(&mut self, n: usize) {
+        let dirty = choose_writeback(self.d.dirty_blocks_unordered(), n);
+        for (o, _) in dirty {
             self.d.mark_clean(o);
             self.cleaner_writebacks += 1;
             self.fast_busy += self.device.fast.busy_ns(self.bs) as u128;

@@ -1,0 +1,173 @@
+//! When and how much to write back: the writeback pacing shared by the
+//! live engine's cleaner thread and the simulator (dm-cache's
+//! `get_background_work`: the policy side decides, the caller does the IO).
+//!
+//! Choice (see docs/ARCHITECTURE.md): bcache's proportional-integral rate
+//! controller on the dirty share, with Open CAS ALRU's lesson that an idle
+//! device should be cleaned at full speed; what to write back is the dirty
+//! blocks in pool-key order (volume by volume, each in backing-device
+//! order, so neighbours merge into one write: [`choose_writeback`]). Pure
+//! functions of their inputs, time included, so the simulator drives them
+//! with its virtual clock and tests with a chosen one.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tiercache_types::{CacheBlock, OriginBlock, Time};
+
+/// Settings of the background cleaner.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CleanerConfig {
+    /// Dirty share of the cache to aim for, 0..=1 (bcache: 10%).
+    pub target_dirty: f64,
+    /// No client IO for this long counts as idle: clean at full speed.
+    pub idle_after: Duration,
+    /// How often the controller runs.
+    pub tick: Duration,
+    /// Lowest writeback rate while above target, blocks per second.
+    pub min_rate: f64,
+    /// Highest writeback rate under load, blocks per second.
+    pub max_rate: f64,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            target_dirty: 0.10,
+            idle_after: Duration::from_millis(500),
+            tick: Duration::from_millis(50),
+            min_rate: 8.0,
+            max_rate: 100_000.0,
+        }
+    }
+}
+
+/// A proportional-integral controller of the writeback rate (bcache's
+/// `__update_writeback_rate`): the further the dirty share is above target,
+/// and the longer it has been, the faster blocks are written back.
+#[derive(Clone, Debug)]
+pub struct RateController {
+    cfg: CleanerConfig,
+    integral: f64,
+    last: Option<Time>,
+    budget: f64,
+}
+
+/// Proportional term: error / P_INVERSE blocks per second (bcache: 40).
+const P_INVERSE: f64 = 40.0;
+/// Integral term: integral / I_INVERSE blocks per second (bcache: 10000).
+const I_INVERSE: f64 = 10_000.0;
+
+impl RateController {
+    pub fn new(cfg: CleanerConfig) -> Self {
+        RateController {
+            cfg,
+            integral: 0.0,
+            last: None,
+            budget: 0.0,
+        }
+    }
+
+    /// The rate (blocks per second) for the given state.
+    pub fn rate(&self, dirty: u64, capacity: u64) -> f64 {
+        let target = self.cfg.target_dirty * capacity as f64;
+        let error = dirty as f64 - target;
+        if error <= 0.0 && self.integral <= 0.0 {
+            return 0.0;
+        }
+        (error / P_INVERSE + self.integral / I_INVERSE).clamp(self.cfg.min_rate, self.cfg.max_rate)
+    }
+
+    /// Advances to `now` and returns how many blocks to write back now.
+    /// `idle` (no client IO lately) or `drain` ask for everything.
+    pub fn blocks_to_clean(
+        &mut self,
+        dirty: u64,
+        capacity: u64,
+        idle: bool,
+        drain: bool,
+        now: Time,
+    ) -> u64 {
+        let dt = match self.last {
+            Some(t) => now.saturating_sub(t) as f64 / 1e9,
+            None => 0.0,
+        };
+        self.last = Some(now);
+        if drain || idle {
+            self.budget = 0.0;
+            return dirty;
+        }
+        let target = self.cfg.target_dirty * capacity as f64;
+        let error = dirty as f64 - target;
+        // Anti-windup: the integral only grows while the rate is not
+        // clamped at the top, and never goes negative.
+        if self.rate(dirty, capacity) < self.cfg.max_rate {
+            self.integral = (self.integral + error * dt).max(0.0);
+        }
+        if error <= 0.0 {
+            self.integral *= 0.5;
+        }
+        self.budget += self.rate(dirty, capacity) * dt;
+        let n = self.budget.floor();
+        self.budget -= n;
+        (n as u64).min(dirty)
+    }
+}
+
+/// Which of `dirty` (in any order) to write back now: the first `n` in
+/// pool-key order. Sorting is the caller's cost outside any lock.
+pub fn choose_writeback(
+    mut dirty: Vec<(OriginBlock, CacheBlock)>,
+    n: usize,
+) -> Vec<(OriginBlock, CacheBlock)> {
+    dirty.sort_unstable();
+    dirty.truncate(n);
+    dirty
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Time {
+        Time::from_secs_f64(s)
+    }
+
+    #[test]
+    fn below_target_nothing_is_cleaned() {
+        let mut c = RateController::new(CleanerConfig::default());
+        for i in 0..100 {
+            assert_eq!(
+                c.blocks_to_clean(50, 1000, false, false, secs(i as f64 * 0.05)),
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn rate_grows_with_error_and_with_time_above_target() {
+        let cfg = CleanerConfig::default();
+        let c = RateController::new(cfg.clone());
+        assert!(c.rate(900, 1000) > c.rate(200, 1000));
+        let mut c = RateController::new(cfg);
+        let mut total_early = 0;
+        for i in 0..20 {
+            total_early += c.blocks_to_clean(500, 1000, false, false, secs(i as f64 * 0.05));
+        }
+        let mut total_late = 0;
+        for i in 20..40 {
+            total_late += c.blocks_to_clean(500, 1000, false, false, secs(i as f64 * 0.05));
+        }
+        assert!(total_early > 0);
+        assert!(
+            total_late >= total_early,
+            "integral term raises the rate: {total_early} then {total_late}"
+        );
+    }
+
+    #[test]
+    fn idle_or_drain_cleans_everything() {
+        let mut c = RateController::new(CleanerConfig::default());
+        assert_eq!(c.blocks_to_clean(123, 1000, true, false, secs(0.0)), 123);
+        assert_eq!(c.blocks_to_clean(77, 1000, false, true, secs(0.1)), 77);
+    }
+}
