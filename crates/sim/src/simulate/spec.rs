@@ -1,0 +1,242 @@
+//! What a run simulates: [`SimSpec`] and its parts, and the parsers of
+//! the policy and cache-size lists the command line gives.
+
+use super::CHUNK;
+use crate::device::DeviceModel;
+use crate::error::{Error, Result};
+use crate::mrc::MrcMethod;
+use crate::opt::OptVariant;
+use serde::{Deserialize, Serialize};
+use tiercache_policy::{DirectorConfig, PolicyConfig};
+use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind};
+
+/// The writeback cleaner model.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CleanerSpec {
+    /// Start cleaning above this dirty share of the cache (0..1).
+    pub high_dirty: f64,
+    /// Clean down to this dirty share.
+    pub low_dirty: f64,
+}
+
+impl CleanerSpec {
+    /// Blocks to write back now with `dirty` of `capacity` blocks dirty:
+    /// none up to `high_dirty`, else down to `low_dirty`.
+    pub fn to_clean(&self, dirty: u64, capacity: u32) -> u64 {
+        let high = (self.high_dirty.clamp(0.0, 1.0) * capacity as f64) as u64;
+        let low = (self.low_dirty.clamp(0.0, 1.0) * capacity as f64) as u64;
+        if dirty > high {
+            dirty - low
+        } else {
+            0
+        }
+    }
+}
+
+impl Default for CleanerSpec {
+    /// bcache's `writeback_percent` is 10: keep about 10% dirty.
+    fn default() -> Self {
+        CleanerSpec {
+            high_dirty: 0.2,
+            low_dirty: 0.1,
+        }
+    }
+}
+
+/// How to compute the LRU miss-ratio curve.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MrcSpec {
+    pub method: MrcMethod,
+    /// Histogram resolution in blocks (1 = exact at every size).
+    pub bucket_blocks: u64,
+}
+
+impl Default for MrcSpec {
+    /// [`MrcMethod::default`] (exact unless the trace has more than 50M
+    /// distinct blocks), one-block resolution.
+    fn default() -> Self {
+        MrcSpec {
+            method: MrcMethod::default(),
+            bucket_blocks: 1,
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimSpec {
+    /// Cache block size in bytes (power of two, 4 KiB..1 MiB).
+    pub block_size: u32,
+    pub mode: CacheMode,
+    /// Sequential bypass cutoff in bytes (0 disables).
+    pub sequential_cutoff: u64,
+    /// Cache sizes in bytes (rounded down to whole blocks).
+    pub cache_sizes: Vec<u64>,
+    pub policies: Vec<PolicyConfig>,
+    pub device: DeviceModel,
+    /// Requests in flight, for the IOPS prediction.
+    pub queue_depth: u32,
+    /// Writeback mode only; `None` never cleans.
+    pub cleaner: Option<CleanerSpec>,
+    /// Belady/OPT bound for every cache size; `None` skips it.
+    pub opt: Option<OptVariant>,
+    /// LRU miss-ratio curve; `None` skips it.
+    pub mrc: Option<MrcSpec>,
+    /// Worker threads; 0 = available parallelism.
+    pub threads: usize,
+    /// Stop as soon as every configuration's warm hit ratio has converged
+    /// (see [`Convergence`]); `None` replays the whole input.
+    #[serde(default)]
+    pub converge: Option<Convergence>,
+    /// Size of the origin device in bytes, when known (a synthetic
+    /// workload's data): a write over its short last block then covers that
+    /// block whole, as in the engine. `None`: unbounded (a trace).
+    #[serde(default)]
+    pub device_size: Option<u64>,
+}
+
+/// When a run may stop early because its answers no longer change: the
+/// steady-state rule.
+///
+/// The stream is cut into windows of `window` requests (rounded up to whole
+/// chunks of [`CHUNK`]). A configuration's window hit ratio is its block
+/// hit ratio (reads and writes) over one window that began with its cache
+/// already full. The run has converged at the end of a window when every
+/// configuration that runs has at least `windows` such windows and its last
+/// `windows` window hit ratios and its warm hit ratio so far (from the
+/// moment its cache first became full) all lie within `tolerance` of each
+/// other (max - min). A drift shows up as a gap between the recent windows
+/// and the warm figure, noise as a spread between windows. The run also
+/// stops at the end of the input (the IO bound of a synthetic workload) or
+/// after `max_seconds` of replay, and then says it has not converged.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Convergence {
+    /// Requests per window.
+    pub window: u64,
+    /// Windows that must agree.
+    pub windows: u32,
+    /// Largest spread of hit ratios (0..1) counted as agreement.
+    pub tolerance: f64,
+    /// Replay time bound in seconds.
+    pub max_seconds: f64,
+}
+
+impl Default for Convergence {
+    /// Windows of 2^20 requests, 3 of them, within 0.25 points, at most 45 s.
+    fn default() -> Self {
+        Convergence {
+            window: 1 << 20,
+            windows: 3,
+            tolerance: 0.0025,
+            max_seconds: 45.0,
+        }
+    }
+}
+
+impl Convergence {
+    /// The rule in one sentence, for reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "stop when, for every configuration, the hit ratios of the last {} windows of {} requests (each begun with the cache full) and the warm hit ratio lie within {:.2} points of each other; at most {:.0} s of replay",
+            self.windows,
+            self.window_requests(),
+            self.tolerance * 100.0,
+            self.max_seconds
+        )
+    }
+
+    /// `window` rounded up to whole chunks.
+    pub fn window_requests(&self) -> u64 {
+        self.window.max(1).div_ceil(CHUNK as u64) * CHUNK as u64
+    }
+}
+
+impl Default for SimSpec {
+    /// 4 KiB blocks, writethrough, the Director's default 4 MiB sequential
+    /// cutoff, [`default_policies`], nvme/hdd at depth 8, OPT (bypass) and
+    /// the MRC (exact, or SHARDS past 50M distinct blocks). `cache_sizes` is
+    /// empty: the caller must set it.
+    fn default() -> Self {
+        SimSpec {
+            block_size: 4096,
+            mode: CacheMode::WriteThrough,
+            sequential_cutoff: DirectorConfig::new(1, 4096).sequential_cutoff,
+            cache_sizes: Vec::new(),
+            policies: default_policies(),
+            device: DeviceModel::default(),
+            queue_depth: 8,
+            cleaner: Some(CleanerSpec::default()),
+            opt: Some(OptVariant::Bypass),
+            mrc: Some(MrcSpec::default()),
+            threads: 0,
+            converge: None,
+            device_size: None,
+        }
+    }
+}
+
+/// The default policy stack first, then every replacement policy with
+/// `always` admission.
+pub fn default_policies() -> Vec<PolicyConfig> {
+    let mut v = vec![PolicyConfig::default()];
+    for r in ReplacementKind::ALL {
+        v.push(PolicyConfig {
+            replacement: *r,
+            admission: AdmissionKind::Always,
+            ..PolicyConfig::default()
+        });
+    }
+    let mut seen = Vec::new();
+    v.retain(|p| {
+        let new = !seen.contains(p);
+        seen.push(p.clone());
+        new
+    });
+    v
+}
+
+/// `replacement+admission`, e.g. `smq+hotspot`, `lru+always`.
+pub fn policy_label(p: &PolicyConfig) -> String {
+    p.to_string()
+}
+
+/// Parses `REPLACEMENT[+ADMISSION]` (admission defaults to `always`) or
+/// `default` (the project's default stack).
+pub fn parse_policy(s: &str) -> Result<PolicyConfig> {
+    s.parse()
+        .map_err(|e| Error::Config(format!("policy '{s}': {e}")))
+}
+
+/// Parses cache sizes as given on a command line: comma-separated sizes
+/// (`256M,1G,10G`) and/or doubling ranges `A..B` (`1G..16G` = 1, 2, 4, 8,
+/// 16 GiB; B included when reached), units as in
+/// [`tiercache_types::parse_size`]. Sorted, duplicates removed.
+pub fn parse_cache_sizes(s: &str) -> Result<Vec<u64>> {
+    let size = |t: &str| {
+        tiercache_types::parse_size(t).map_err(|e| Error::Config(format!("cache sizes '{s}': {e}")))
+    };
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once("..") {
+            Some((a, b)) => {
+                let (mut x, hi) = (size(a)?, size(b)?);
+                if x == 0 || x > hi {
+                    return Err(Error::Config(format!(
+                        "cache sizes '{s}': range {part} must go from a positive size up"
+                    )));
+                }
+                while x <= hi {
+                    out.push(x);
+                    x = x.saturating_mul(2);
+                }
+            }
+            None => out.push(size(part)?),
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::Config(format!("cache sizes '{s}': no size given")));
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
