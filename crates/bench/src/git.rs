@@ -191,7 +191,7 @@ pub fn run(
         let _ = std::fs::remove_file(&dev);
         std::fs::File::create(&dev)?.set_len(device_size)?;
         if cached {
-            crate::blank_device_file(&cache, cache_size)?;
+            crate::files::blank_device_file(&cache, cache_size)?;
         }
         let mut sargs = vec![
             "--backing".to_string(),

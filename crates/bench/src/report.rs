@@ -485,7 +485,10 @@ pub fn write(r: &Results, out: &Path) -> Result<String> {
         for (t, v) in &x.measured.series {
             let _ = writeln!(csv, "{t},{v}");
         }
-        std::fs::write(out.join(format!("iops-{}.csv", crate::slug(&x.label))), csv)?;
+        std::fs::write(
+            out.join(format!("iops-{}.csv", crate::files::slug(&x.label))),
+            csv,
+        )?;
     }
     let pngs = plot::write_all(r, out).context("drawing the plots")?;
     let targets = targets(r);
