@@ -1,12 +1,13 @@
 //! PNG plots with plotters (text through the system's fonts via fontconfig,
 //! as crates/sim does: scripts/install-deps.sh installs fonts-dejavu-core).
 
-use crate::report::{fmt_bytes, Kind, RunResult};
+use crate::report::{Kind, RunResult};
 use crate::Results;
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
+use tiercache_types::fmt_bytes;
 
 /// IOPS windows averaged by the bold line of the IOPS plots.
 pub const SMOOTH_WINDOWS: usize = 5;

@@ -214,20 +214,7 @@ pub struct Target {
     pub text: String,
 }
 
-pub fn fmt_bytes(b: u64) -> String {
-    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i < U.len() - 1 {
-        v /= 1024.0;
-        i += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v:.0} {}", U[i])
-    } else {
-        format!("{v:.1} {}", U[i])
-    }
-}
+pub use tiercache_types::fmt_bytes;
 
 pub fn fmt_ratio(r: Option<f64>) -> String {
     match r {

@@ -2,10 +2,10 @@
 //! plus OPT and the LRU miss-ratio curve.
 
 use crate::error::{Error, Result};
-use crate::report::fmt_bytes;
 use crate::simulate::SimReport;
 use plotters::prelude::*;
 use std::path::Path;
+use tiercache_types::fmt_bytes;
 
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),

@@ -5,25 +5,7 @@ use crate::simulate::SimReport;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Binary-unit size: `512 B`, `4 KiB`, `1.5 GiB`.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else if (v - v.round()).abs() < 0.005 {
-        format!("{} {}", v.round(), UNITS[u])
-    } else if v < 10.0 {
-        format!("{v:.2} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+pub use tiercache_types::fmt_bytes;
 
 /// A count with a metric suffix: `950`, `12.3k`, `1.35M`, `2.10G`.
 pub fn fmt_count(n: u64) -> String {

@@ -306,6 +306,27 @@ pub fn align_up(x: u64, align: u64) -> u64 {
     (x + align - 1) & !(align - 1)
 }
 
+/// A size in binary units, the one way sizes are printed: `512 B`,
+/// `4 KiB`, `1.5 GiB`, `1.25 MiB` (two decimals below 10, one above).
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else if (v - v.round()).abs() < 0.005 {
+        format!("{} {}", v.round(), UNITS[u])
+    } else if v < 10.0 {
+        format!("{v:.2} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 /// Parse a size such as `4096`, `4k`, `64KiB`, `10G`, `1.5GiB` into bytes.
 /// Suffixes are binary (k = 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
