@@ -95,7 +95,7 @@ def _op_bytes(values: np.ndarray) -> bytes:
     bad = ~(is_read | is_write)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"column 'op': request {i} is {values[i]!r} (expected R or W)")
+        raise ValueError(f"column 'op': request {i} is {str(values[i])!r} (expected R or W)")
     return is_write.astype(np.uint8).tobytes()
 
 
