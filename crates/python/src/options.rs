@@ -118,7 +118,10 @@ pub fn spec(d: &Bound<'_, PyDict>) -> PyResult<SimSpec> {
     match d.get_item("mrc")? {
         None => {}
         Some(v) if v.is_none() => {}
-        Some(v) => match (v.extract::<bool>().ok(), v.extract::<String>().ok().as_deref()) {
+        Some(v) => match (
+            v.extract::<bool>().ok(),
+            v.extract::<String>().ok().as_deref(),
+        ) {
             (Some(false), _) => spec.mrc = None,
             (Some(true), _) | (_, Some("auto")) => {}
             (_, Some("exact")) => {
