@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the pinned Python packages that build and test the tiercache
+# Installs the pinned Python packages that build, test and run the tiercache
 # Python package (crates/python/requirements.txt: maturin, pytest, numpy,
-# pandas) into the project venv .venv (never the system Python).
+# pandas, dask and distributed for tiercache.fleet) into the project venv
+# .venv (never the system Python).
 # Idempotent: does nothing when .venv already has exactly those pins.
 # Called by scripts/install-deps.sh (so by `make deps`).
 set -euo pipefail

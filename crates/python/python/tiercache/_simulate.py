@@ -127,7 +127,10 @@ def _mrc(report: dict, curve: Sequence) -> pd.DataFrame:
     m = report.get("mrc")
     if m:
         df.attrs.update(
-            method=m["method"], sample_rate=m["sample_rate"], tracked_blocks=m["tracked_blocks"]
+            method=m["method"],
+            sample_rate=m["sample_rate"],
+            tracked_blocks=m["tracked_blocks"],
+            block_refs=report["trace"]["block_refs"],
         )
     return df
 
@@ -220,7 +223,8 @@ def mrc(
     DataFrame of ``cache_bytes`` and ``miss_ratio``, at ``cache_sizes`` if
     given, else at ``points`` sizes from one block to past the largest
     reuse distance. ``sampling``: None for exact, or a SHARDS rate in
-    (0, 1]. ``df.attrs`` says the method, rate and blocks tracked."""
+    (0, 1]. ``df.attrs`` says the method, rate, blocks tracked and the
+    block references the ratios are of."""
     sizes = _sizes(cache_sizes)
     options = {
         "cache_sizes": sizes if sizes is not None else [block_size],
