@@ -5,12 +5,12 @@
 
 CARGO ?= cargo
 
-.PHONY: run test deps lint unit fuzz vmlab anchors
+.PHONY: run test deps lint unit python fuzz vmlab anchors
 
 run: deps
 	$(CARGO) run --release -p tiercache -- bench
 
-test: deps lint unit fuzz vmlab
+test: deps lint unit python fuzz vmlab
 
 deps:
 	./scripts/install-deps.sh
@@ -25,6 +25,11 @@ lint:
 # that finds one missing fails instead of skipping (crates/testkit).
 unit:
 	TIERCACHE_REQUIRE_TOOLS=1 $(CARGO) test --workspace --release
+
+# The Python package (crates/python): its abi3 wheel built by maturin and
+# installed into .venv, then pytest, which compares it with the CLI.
+python:
+	TIERCACHE_REQUIRE_TOOLS=1 CARGO="$(CARGO)" ./scripts/python-test.sh
 
 # Every fuzz target for a short while (FUZZ_SECONDS=3600 for a long run).
 fuzz:

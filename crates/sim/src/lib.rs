@@ -20,10 +20,12 @@
 //! print!("{table}");
 //! ```
 //!
-//! Modules: [`trace`] (readers), [`synth`] and [`fiojob`] (workloads),
+//! Modules: [`trace`] (readers), [`columns`] (requests held in memory),
+//! [`synth`] and [`fiojob`] (workloads),
 //! [`simulate()`] (the driver), [`opt`], [`mrc`], [`device`], [`report`],
 //! [`plot`].
 
+pub mod columns;
 pub mod device;
 pub mod error;
 pub mod fiojob;
@@ -37,6 +39,7 @@ pub mod simulate;
 pub mod synth;
 pub mod trace;
 
+pub use columns::{read_columns, Columns, MemorySource, ReadColumns};
 pub use device::{DeviceModel, DeviceProfile};
 pub use error::{Error, Result};
 pub use fiojob::{parse_fio_job, FioJob};
