@@ -21,7 +21,7 @@ use tiercache_types::MonotonicClock;
 pub const HANDOVER_SIGNAL: i32 = signal_hook::consts::SIGUSR1;
 
 /// Exit status after a hand-over: 75 (EX_TEMPFAIL, "try again"), so that a
-/// supervisor starts the next server (contrib/systemd/tiercache@.service).
+/// supervisor starts the next server (docs/tiercache@.service).
 pub const HANDOVER_EXIT: i32 = 75;
 
 /// What ends the serving loop.

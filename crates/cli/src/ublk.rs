@@ -34,6 +34,7 @@ pub fn state_file(control: &Path) -> PathBuf {
 }
 
 /// The device number recorded in `file`, if any.
+#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
 fn recorded_id(file: &Path) -> Option<u32> {
     let text = std::fs::read_to_string(file).ok()?;
     match text.trim().parse() {
@@ -46,6 +47,7 @@ fn recorded_id(file: &Path) -> Option<u32> {
 }
 
 /// Records `id` in `file` (written aside, then renamed).
+#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
 fn record_id(file: &Path, id: u32) -> std::io::Result<()> {
     let tmp = file.with_extension("ublk-id.tmp");
     std::fs::write(&tmp, format!("{id}\n"))?;
@@ -179,3 +181,29 @@ mod imp {
 }
 
 pub use imp::{check_available, start};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_file_sits_next_to_the_control_socket() {
+        assert_eq!(
+            state_file(Path::new("/run/tiercache/data.ctl")),
+            PathBuf::from("/run/tiercache/data.ublk-id")
+        );
+    }
+
+    #[test]
+    fn a_recorded_device_number_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data.ublk-id");
+        assert_eq!(recorded_id(&file), None);
+        record_id(&file, 7).unwrap();
+        assert_eq!(recorded_id(&file), Some(7));
+        record_id(&file, 3).unwrap();
+        assert_eq!(recorded_id(&file), Some(3));
+        std::fs::write(&file, "not a number\n").unwrap();
+        assert_eq!(recorded_id(&file), None);
+    }
+}

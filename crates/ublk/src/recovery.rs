@@ -141,3 +141,24 @@ pub fn start(dev_id: u32) -> Result<(), StartError> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_number_nobody_uses_is_absent() {
+        // /sys/class/ublk-char has no ublkc4000000 (the driver's ids stop
+        // far below): a new device is to be added.
+        assert_eq!(probe(4_000_000).unwrap(), Existing::Absent);
+    }
+
+    #[test]
+    fn recovery_flags_ask_for_reissue() {
+        assert_ne!(RECOVERY_FLAGS & u64::from(sys::UBLK_F_USER_RECOVERY), 0);
+        assert_ne!(
+            RECOVERY_FLAGS & u64::from(sys::UBLK_F_USER_RECOVERY_REISSUE),
+            0
+        );
+    }
+}
