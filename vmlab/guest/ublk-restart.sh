@@ -229,7 +229,25 @@ if grep -E "I/O error|EXT4-fs error|Buffer I/O" "$OUT/dmesg.txt"; then
 fi
 
 step "a plain stop (SIGTERM) still deletes the device"
-stop_tiercache
+kill -TERM "$TC_PID"
+i=0
+while kill -0 "$TC_PID" 2>/dev/null; do
+  i=$((i + 1))
+  if [ "$i" -ge 600 ]; then
+    for t in /proc/"$TC_PID"/task/*; do
+      echo "--- thread $(cat "$t/comm") $(cat "$t/wchan" 2>/dev/null)"
+      cat "$t/stack" 2>/dev/null
+    done
+    tail -n 20 "$LOG"
+    fail "tiercache did not exit within 60 s of SIGTERM"
+  fi
+  sleep 0.1
+done
+status=0
+wait "$TC_PID" || status=$?
+TC_PID=""
+[ "$status" -eq 0 ] || { tail -n 20 "$LOG"; fail "tiercache exited with status $status after SIGTERM"; }
+grep -q "tiercache: stopped" "$LOG" || fail "no clean stop"
 i=0
 while [ -e "/dev/ublkc${DEV#/dev/ublkb}" ]; do
   i=$((i + 1))

@@ -141,7 +141,9 @@ pub struct UblkServer {
     geometry: Geometry,
     runner: Option<JoinHandle<Result<(), String>>>,
     pool: Option<WorkerPool>,
-    shared: Arc<Shared>,
+    /// Not the whole [`Shared`]: its [`Submitter`] would keep the worker
+    /// pool from shutting down.
+    gate: Arc<Gate>,
     recovered: bool,
 }
 
@@ -152,6 +154,13 @@ struct Shared {
     /// One per queue, indexed by queue id; made before the device starts
     /// so that a failure is reported instead of stalling the start.
     notifiers: Vec<Arc<Notifier>>,
+    gate: Arc<Gate>,
+}
+
+/// Whether requests may still reach the export (see
+/// [`UblkServer::hand_over`]).
+#[derive(Default)]
+struct Gate {
     /// Set by [`UblkServer::hand_over`]: requests that arrive from now on
     /// are left to the next server (never run, never completed).
     handing_over: AtomicBool,
@@ -258,13 +267,12 @@ impl UblkServer {
             export,
             jobs: pool.submitter(),
             notifiers,
-            handing_over: AtomicBool::new(false),
-            busy: AtomicUsize::new(0),
+            gate: Arc::new(Gate::default()),
         });
+        let gate = shared.gate.clone();
         let (started_tx, started_rx) = mpsc::channel::<Result<(), String>>();
         let runner = {
             let ctrl = ctrl.clone();
-            let shared = shared.clone();
             let started = started_tx.clone();
             std::thread::Builder::new()
                 .name(format!("ublk{dev_id}"))
@@ -278,7 +286,7 @@ impl UblkServer {
             geometry,
             runner: Some(runner),
             pool: Some(pool),
-            shared,
+            gate,
             recovered,
         };
         match started_rx.recv() {
@@ -357,8 +365,8 @@ impl UblkServer {
                 self.dev_id
             ));
         }
-        self.shared.handing_over.store(true, Ordering::SeqCst);
-        while self.shared.busy.load(Ordering::SeqCst) != 0 {
+        self.gate.handing_over.store(true, Ordering::SeqCst);
+        while self.gate.busy.load(Ordering::SeqCst) != 0 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // The queue threads stay blocked in the kernel until the process
@@ -403,6 +411,7 @@ impl UblkServer {
                 log::debug!("ublk{}: delete: {}", self.dev_id, describe(&e));
             }
         }
+        log::info!("ublk{}: deleted", self.dev_id);
         if let Some(pool) = self.pool.take() {
             pool.shutdown();
         }
@@ -582,11 +591,11 @@ async fn serve_tag(
         .await?;
     loop {
         let iod = q.get_iod(tag);
-        shared.busy.fetch_add(1, Ordering::SeqCst);
-        if shared.handing_over.load(Ordering::SeqCst) {
+        shared.gate.busy.fetch_add(1, Ordering::SeqCst);
+        if shared.gate.handing_over.load(Ordering::SeqCst) {
             // Left to the next server: the kernel re-issues it when this
             // process has exited.
-            shared.busy.fetch_sub(1, Ordering::SeqCst);
+            shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
             return std::future::pending().await;
         }
         let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
@@ -645,7 +654,7 @@ async fn serve_tag(
                 }
             }
         };
-        shared.busy.fetch_sub(1, Ordering::SeqCst);
+        shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
         served.set(served.get() + 1);
         if result < 0 {
             log::debug!(
