@@ -3,7 +3,10 @@
 #   - tiercache serve --ublk (user recovery on by default), ext4 on the
 #     device, a file tree;
 #   - load kept running on the file system: fio with crc32c verify (one job
-#     after another), a writer of files that are fsynced before their sum
+#     after another; O_SYNC, so that each write is flushed before fio counts
+#     it done: in writeback mode a kill -9 may lose writes the guest never
+#     flushed, as a power cut of a disk with a volatile write cache would,
+#     see docs/RESTART.md), a writer of files that are fsynced before their sum
 #     is recorded (acknowledged and flushed), and a probe that reads the raw
 #     device and timestamps every completion (the guest's IO pauses);
 #   - RESTART_ROUNDS (default 10) times, after a random 1.5-5.5 s: kill -9
@@ -69,8 +72,8 @@ fio_loop() {
   local n=0
   while [ ! -e "$LOAD/stop" ]; do
     n=$((n + 1))
-    if ! fio --name="verify-$n" --filename=/mnt/r/fio.dat --size=16M --rw=randwrite --bs=4k \
-      --iodepth=8 --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --eta=never \
+    if ! fio --name="verify-$n" --filename=/mnt/r/fio.dat --size=16M --rw=randwrite --bs=16k \
+      --iodepth=8 --ioengine=libaio --direct=1 --sync=1 --verify=crc32c --verify_fatal=1 --eta=never \
       --output="$LOAD/fio-$n.txt" || ! grep -q "err= 0" "$LOAD/fio-$n.txt"; then
       echo "fio run $n failed (see fio-$n.txt)" >>"$LOAD/errors"
       cp "$LOAD/fio-$n.txt" "$OUT/" 2>/dev/null || true
@@ -205,7 +208,7 @@ step "stopping the load"
 touch "$LOAD/stop"
 wait "$probe_pid" "$fio_pid" "$acked_pid" || true
 cp "$LOAD/acked.sha256" "$LOAD/errors" "$OUT/"
-step "fio runs: $(cat "$LOAD/fio-runs") (16 MiB crc32c-verified each), acknowledged files: $(wc -l <"$LOAD/acked.sha256"), probe reads: $(wc -l <"$LOAD/probe")"
+step "fio runs: $(cat "$LOAD/fio-runs") (16 MiB, O_SYNC, crc32c-verified each), acknowledged files: $(wc -l <"$LOAD/acked.sha256"), probe reads: $(wc -l <"$LOAD/probe")"
 if [ -s "$LOAD/errors" ]; then
   cat "$LOAD/errors"
   fail "the load saw errors"
