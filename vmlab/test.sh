@@ -5,8 +5,10 @@
 #      skips, with a message, only if qemu cannot be installed;
 #   2. builds the guest image, or reuses the cached one (vmlab/build-image.sh);
 #   3. builds the release tiercache binary;
-#   4. runs the guest tests: vmlab/guest/nbd.sh (kernel NBD client) and
-#      vmlab/guest/ublk.sh (skipped while tiercache has no ublk front end).
+#   4. runs the guest tests: vmlab/guest/nbd.sh (kernel NBD client),
+#      vmlab/guest/ublk.sh (skipped while tiercache has no ublk front end)
+#      and vmlab/guest/ublk-restart.sh (the ublk device survives kill -9 and
+#      an upgrade of the server; prints each round's pause and restart time).
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features ublk").
@@ -63,7 +65,12 @@ run_guest_test() {
 disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 run_guest_test nbd --timeout 900 "${disks[@]}" vmlab/guest/nbd.sh
 run_guest_test ublk --timeout 900 "${disks[@]}" vmlab/guest/ublk.sh
+run_guest_test ublk-restart --timeout 900 "${disks[@]}" vmlab/guest/ublk-restart.sh
 
 echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
 printf '%s\n' "${summary[@]}"
+if [ -f "$out/ublk-restart/results/ublk-restart/rounds.txt" ]; then
+  echo "vmlab: ublk-restart rounds:"
+  sed 's/^/  /' "$out/ublk-restart/results/ublk-restart/rounds.txt"
+fi
 exit "$failed"

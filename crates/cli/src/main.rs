@@ -232,9 +232,16 @@ struct ServeArgs {
     /// ublk requests in flight per queue (default 64).
     #[arg(long, value_name = "D")]
     ublk_depth: Option<u16>,
-    /// The N of /dev/ublkbN (default: the kernel picks one).
+    /// The N of /dev/ublkbN (default: the one this server's last run
+    /// used, recorded next to the control socket, else the kernel picks
+    /// one). A device N that a dead or handed-over server left waiting is
+    /// taken over.
     #[arg(long, value_name = "N")]
     ublk_id: Option<u32>,
+    /// Make the ublk device without user recovery: when the server dies
+    /// its IO fails instead of waiting for the next server.
+    #[arg(long)]
+    ublk_no_recovery: bool,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -267,6 +274,7 @@ struct ServeFile {
     ublk_queues: Option<u16>,
     ublk_depth: Option<u16>,
     ublk_id: Option<u32>,
+    ublk_no_recovery: Option<bool>,
 }
 
 /// Fully resolved `serve` settings.
@@ -341,8 +349,12 @@ impl ServeArgs {
             || self.admission.is_some()
             || file.admission.is_some();
         let ublk = self.ublk || file.ublk.unwrap_or(false);
-        if !ublk && (self.ublk_queues.or(self.ublk_depth).is_some() || self.ublk_id.is_some()) {
-            bail!("--ublk-queues, --ublk-depth and --ublk-id go with --ublk");
+        if !ublk
+            && (self.ublk_queues.or(self.ublk_depth).is_some()
+                || self.ublk_id.is_some()
+                || self.ublk_no_recovery)
+        {
+            bail!("--ublk-queues, --ublk-depth, --ublk-id and --ublk-no-recovery go with --ublk");
         }
         let tls = serve::TlsSettings::resolve(
             serve::TlsFlags {
@@ -379,12 +391,14 @@ impl ServeArgs {
             socket,
             listen: self.listen.or(file.listen),
             tls,
-            control,
+            control: control.clone(),
             create: self.create,
             ublk: ublk.then(|| ublk::UblkSettings {
                 queues: self.ublk_queues.or(file.ublk_queues),
                 depth: self.ublk_depth.or(file.ublk_depth),
                 id: self.ublk_id.or(file.ublk_id),
+                recovery: !(self.ublk_no_recovery || file.ublk_no_recovery.unwrap_or(false)),
+                state_file: ublk::state_file(&control),
             }),
         })
     }

@@ -1,5 +1,10 @@
 //! `tiercache serve`: the engine behind an NBD server, with a control
 //! socket and a background cleaner, until a signal or a detach.
+//!
+//! Signals: SIGTERM and SIGINT stop (the ublk device is deleted); SIGUSR1
+//! hands a ublk device made with user recovery over to the next server
+//! (the device stays and holds its IO, the engine shuts down cleanly, the
+//! process exits with [`HANDOVER_EXIT`]); see docs/RESTART.md.
 
 use crate::control::{self, ControlTarget};
 use crate::export::EngineExport;
@@ -11,6 +16,53 @@ use std::time::Duration;
 use tiercache_engine::{Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions};
 use tiercache_nbd::{Listener, RunningServer, Server, ServerConfig};
 use tiercache_types::MonotonicClock;
+
+/// The signal asking for a hand-over (see the module comment).
+pub const HANDOVER_SIGNAL: i32 = signal_hook::consts::SIGUSR1;
+
+/// Exit status after a hand-over: 75 (EX_TEMPFAIL, "try again"), so that a
+/// supervisor starts the next server (docs/tiercache@.service).
+pub const HANDOVER_EXIT: i32 = 75;
+
+/// What ends the serving loop.
+struct Signals {
+    stop: Arc<AtomicBool>,
+    handover: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn register() -> Result<Signals> {
+        let stop = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        let handover = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(HANDOVER_SIGNAL, handover.clone())?;
+        Ok(Signals { stop, handover })
+    }
+
+    /// Serves until a stop, a hand-over, or the device going away by
+    /// itself; true for a hand-over. A hand-over that `front` cannot do is
+    /// refused with a warning and serving goes on.
+    fn wait(&self, front: &FrontEnd) -> bool {
+        loop {
+            if self.handover.load(Ordering::SeqCst) {
+                if front.can_hand_over() {
+                    return true;
+                }
+                log::warn!(
+                    "SIGUSR1 (hand-over) ignored: only a ublk device made with user recovery \
+                     can be handed over"
+                );
+                self.handover.store(false, Ordering::SeqCst);
+            }
+            if self.stop.load(Ordering::SeqCst) || front.has_exited() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
 
 pub fn run(s: &ServeSettings) -> Result<()> {
     if s.ublk.is_some() {
@@ -132,10 +184,8 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         }),
     )?;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
+    let signals = Signals::register()?;
+    let stop = signals.stop.clone();
     let detached = Arc::new(AtomicBool::new(false));
     let ctl = control::bind(&s.control)?;
     let stop2 = stop.clone();
@@ -149,11 +199,15 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     );
     announce(s, &front);
 
-    while !stop.load(Ordering::SeqCst) && !front.has_exited() {
-        std::thread::sleep(Duration::from_millis(100));
+    let hand_over = signals.wait(&front) && !detached.load(Ordering::SeqCst);
+    let device = front.device_name();
+    if hand_over {
+        log::info!("handing over {device}: finishing the requests being run");
+        front.hand_over()?;
+    } else {
+        log::info!("stopping: finishing in-flight requests");
+        front.stop()?;
     }
-    log::info!("stopping: finishing in-flight requests");
-    front.stop()?;
     cleaner.stop();
     let detach = detached.load(Ordering::SeqCst);
     if !engine.is_persistent() && engine.dirty_blocks() > 0 {
@@ -170,6 +224,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     // are written back later); after a detach it starts empty.
     engine.shutdown(detach).context("clean shutdown")?;
     let _ = std::fs::remove_file(&s.control);
+    if hand_over {
+        handed_over(&device);
+    }
     if detach {
         if engine.dirty_blocks() != 0 {
             bail!(
@@ -199,17 +256,28 @@ fn run_uncached(
         s,
         Arc::new(crate::export::DeviceExport { device, rotational }),
     )?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
+    let signals = Signals::register()?;
     announce(s, &front);
-    while !stop.load(Ordering::SeqCst) && !front.has_exited() {
-        std::thread::sleep(Duration::from_millis(100));
+    if signals.wait(&front) {
+        let device = front.device_name();
+        front.hand_over()?;
+        handed_over(&device);
     }
     front.stop()?;
     println!("tiercache: stopped");
     Ok(())
+}
+
+/// After a hand-over, with everything shut down: says so and exits with
+/// [`HANDOVER_EXIT`]. The device's queues are still open in this process;
+/// exiting closes them, and only then can the next server take over.
+fn handed_over(device: &str) -> ! {
+    println!(
+        "tiercache: handed over {device}; it waits (holding its IO) for the next `tiercache serve`"
+    );
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(HANDOVER_EXIT)
 }
 
 fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
@@ -253,6 +321,32 @@ impl FrontEnd {
         let listener = bind_nbd(s)?;
         let nbd = Server::single(&s.name, export, nbd_config(s)?)?;
         Ok(FrontEnd::Nbd(nbd.spawn(listener)?))
+    }
+
+    /// True if [`FrontEnd::hand_over`] can leave the device to the next
+    /// server: a ublk device made with user recovery.
+    fn can_hand_over(&self) -> bool {
+        match self {
+            FrontEnd::Nbd(_) => false,
+            FrontEnd::Ublk(u) => u.can_hand_over(),
+        }
+    }
+
+    /// Leaves the device waiting for the next server; the export gets no
+    /// more calls once this returns. Only if [`FrontEnd::can_hand_over`].
+    fn hand_over(self) -> Result<()> {
+        match self {
+            FrontEnd::Nbd(_) => bail!("an NBD export cannot be handed over"),
+            FrontEnd::Ublk(u) => u.hand_over(),
+        }
+    }
+
+    /// What the user sees served (the device path, or "the NBD export").
+    fn device_name(&self) -> String {
+        match self {
+            FrontEnd::Nbd(_) => "the NBD export".to_string(),
+            FrontEnd::Ublk(u) => u.device_path().display().to_string(),
+        }
     }
 
     /// The ublk device went away by itself (deleted from outside).

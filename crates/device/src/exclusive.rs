@@ -60,10 +60,42 @@ impl Drop for ExclusiveLock {
 /// process ("opened twice by this command"), another process named by pid
 /// and command from `/proc/locks`, or "another process" when that cannot
 /// be read.
+///
+/// A holder that has exited is waited for, up to [`DEAD_HOLDER_WAIT`]: a
+/// killed server's lock outlives it until its last IO in flight in the
+/// kernel (an io_uring read of the device) lets go of the file, and the
+/// next server started at once must not fail on that.
 pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<ExclusiveLock> {
-    let meta = file
-        .metadata()
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot stat: {e}", path.display())))?;
+    let deadline = std::time::Instant::now() + DEAD_HOLDER_WAIT;
+    loop {
+        match try_lock_exclusive(file, path) {
+            Err(Busy::DeadHolder(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(Busy::DeadHolder(e) | Busy::Other(e)) => return Err(e),
+            Ok(lock) => return Ok(lock),
+        }
+    }
+}
+
+/// How long [`lock_exclusive`] waits for the lock of a process that has
+/// exited.
+pub(crate) const DEAD_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why [`try_lock_exclusive`] failed.
+enum Busy {
+    /// `/proc/locks` names a holder that no longer exists.
+    DeadHolder(io::Error),
+    Other(io::Error),
+}
+
+fn try_lock_exclusive(file: &File, path: &Path) -> Result<ExclusiveLock, Busy> {
+    let meta = file.metadata().map_err(|e| {
+        Busy::Other(io::Error::new(
+            e.kind(),
+            format!("{}: cannot stat: {e}", path.display()),
+        ))
+    })?;
     let identity = (meta.dev(), meta.ino());
     // SAFETY: flock on a descriptor `file` keeps open; no pointers involved.
     let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -77,40 +109,48 @@ pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<ExclusiveLo
     }
     let e = io::Error::last_os_error();
     if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-        return Err(io::Error::new(
+        return Err(Busy::Other(io::Error::new(
             e.kind(),
             format!("{}: cannot lock: {e}", path.display()),
-        ));
+        )));
     }
     let ours = registry()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .contains_key(&identity);
     if ours {
-        return Err(io::Error::new(
+        return Err(Busy::Other(io::Error::new(
             busy_kind(),
             format!(
                 "{}: opened twice by this command (is the same device given twice, \
                  e.g. as both backing and cache?)",
                 path.display()
             ),
-        ));
+        )));
     }
-    let who = match lock_holder(identity) {
+    let holder = lock_holder(identity);
+    let dead = holder.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+    let who = match holder {
+        Some(pid) if dead => format!("process {pid} (exited; its last IO still holds the file)"),
         Some(pid) => {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             format!("process {pid} ({})", comm.trim())
         }
         None => "another process".to_string(),
     };
-    Err(io::Error::new(
+    let e = io::Error::new(
         busy_kind(),
         format!(
             "{}: in use by {who}, which holds it open for writing (another `tiercache serve` \
              of this device?); two writers would corrupt it: stop that one first",
             path.display()
         ),
-    ))
+    );
+    Err(if dead {
+        Busy::DeadHolder(e)
+    } else {
+        Busy::Other(e)
+    })
 }
 
 /// The pid of another process holding a `flock` on the inode `identity`,

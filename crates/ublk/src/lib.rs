@@ -46,12 +46,20 @@
 //! serves IO; [`UblkServer::stop`] stops it (requests in flight finish),
 //! waits for the queues and workers, and deletes it. Unmount file systems
 //! on the device before stopping it: a mounted file system on a device
-//! whose server is gone only gets IO errors. When the kernel has no ublk,
+//! whose server is gone only gets IO errors.
+//!
+//! Unless [`UblkConfig::recovery`] is off, the device is made with the
+//! kernel's user recovery ([`recovery`]): if the process dies, the device
+//! stays and the kernel holds its IO until a new server started with the
+//! same device number takes it over ([`UblkServer::start`] does that by
+//! itself). [`UblkServer::hand_over`] leaves the device that way on
+//! purpose, for an upgrade of the server without an IO error. When the kernel has no ublk,
 //! [`UblkServer::start`] (and [`check_kernel_support`]) fail with
 //! [`StartError::NoKernelSupport`], whose message says what to do.
 
 pub mod params;
 pub mod pool;
+pub mod recovery;
 pub mod request;
 mod server;
 

@@ -1,4 +1,6 @@
-//! The device's life: create `/dev/ublkbN`, run its queues, delete it.
+//! The device's life: create `/dev/ublkbN` (or take over the one a dead
+//! server left, see [`crate::recovery`]), run its queues, then delete it
+//! or hand it over to the next server.
 
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
@@ -11,6 +13,7 @@ use libublk::uring_async::ublk_submit_sqe_async;
 use libublk::{BufDesc, UblkError, UblkFlags, UblkUringData};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -34,6 +37,11 @@ pub struct UblkConfig {
     /// Threads running the export's (blocking) calls; 0: `queues * depth`,
     /// capped at 32.
     pub workers: usize,
+    /// Create the device with user recovery (`UBLK_F_USER_RECOVERY` with
+    /// re-issue): when this process dies the device stays, the kernel holds
+    /// its requests, and the next server started with the same `dev_id`
+    /// takes it over. Without it the kernel fails IO once the server dies.
+    pub recovery: bool,
 }
 
 impl Default for UblkConfig {
@@ -46,6 +54,7 @@ impl Default for UblkConfig {
             max_io_bytes: 512 << 10,
             dev_id: None,
             workers: 0,
+            recovery: true,
         }
     }
 }
@@ -73,6 +82,9 @@ pub enum StartError {
     Config(String),
     /// The driver refused or failed (creating, starting the device).
     Driver(String),
+    /// The device number is taken: a live server serves it, or a device
+    /// that cannot be taken over is there.
+    Busy(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -90,6 +102,7 @@ impl std::fmt::Display for StartError {
             StartError::Geometry(m) => write!(f, "cannot serve this export over ublk: {m}"),
             StartError::Config(m) => write!(f, "bad ublk configuration: {m}"),
             StartError::Driver(m) => write!(f, "ublk driver: {m}"),
+            StartError::Busy(m) => write!(f, "{m}"),
         }
     }
 }
@@ -128,6 +141,10 @@ pub struct UblkServer {
     geometry: Geometry,
     runner: Option<JoinHandle<Result<(), String>>>,
     pool: Option<WorkerPool>,
+    /// Not the whole [`Shared`]: its [`Submitter`] would keep the worker
+    /// pool from shutting down.
+    gate: Arc<Gate>,
+    recovered: bool,
 }
 
 /// What every queue thread shares.
@@ -137,11 +154,29 @@ struct Shared {
     /// One per queue, indexed by queue id; made before the device starts
     /// so that a failure is reported instead of stalling the start.
     notifiers: Vec<Arc<Notifier>>,
+    gate: Arc<Gate>,
+}
+
+/// Whether requests may still reach the export (see
+/// [`UblkServer::hand_over`]).
+#[derive(Default)]
+struct Gate {
+    /// Set by [`UblkServer::hand_over`]: requests that arrive from now on
+    /// are left to the next server (never run, never completed).
+    handing_over: AtomicBool,
+    /// Requests taken from the kernel and not yet run to their result.
+    /// Raised before `handing_over` is read, so that once the flag is set
+    /// and this is zero, the export gets no more calls.
+    busy: AtomicUsize,
 }
 
 impl UblkServer {
     /// Creates and starts the device; returns once `/dev/ublkbN` exists
-    /// and serves IO.
+    /// and serves IO. With a `dev_id` whose device a dead server left
+    /// quiesced, takes that device over instead (its queues, depth and IO
+    /// size win over `cfg`; its size and block size must match the
+    /// export's); a device served by a live process is refused
+    /// ([`StartError::Busy`]).
     pub fn start(export: Arc<dyn Export>, cfg: &UblkConfig) -> Result<UblkServer, StartError> {
         check_kernel_support()?;
         if !(1..=32).contains(&cfg.queues) {
@@ -158,15 +193,67 @@ impl UblkServer {
         }
         let (params, geometry) = device_params(&*export, cfg.max_io_bytes.min(32 << 20))
             .map_err(StartError::Geometry)?;
-        let ctrl = UblkCtrlBuilder::default()
-            .name("tiercache")
-            .id(cfg.dev_id.map_or(-1, |id| id as i32))
-            .nr_queues(cfg.queues)
-            .depth(cfg.depth)
-            .io_buf_bytes(geometry.max_io_bytes)
-            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
-            .build()
-            .map_err(|e| StartError::Driver(format!("adding the device: {}", describe(&e))))?;
+        let existing = match cfg.dev_id {
+            Some(id) => crate::recovery::probe(id)?,
+            None => crate::recovery::Existing::Absent,
+        };
+        let mut cfg = cfg.clone();
+        let recovered = match existing {
+            crate::recovery::Existing::Absent => false,
+            crate::recovery::Existing::Recoverable {
+                queues,
+                depth,
+                max_io_bytes,
+                size,
+                logical_block,
+            } => {
+                let want = params.basic.dev_sectors << crate::request::SECTOR_SHIFT;
+                if size != want || logical_block != geometry.logical_block {
+                    return Err(StartError::Busy(format!(
+                        "/dev/ublkb{} waits for a server, but not for this one: it has {size} \
+                         bytes in {logical_block}-byte blocks, this export {want} bytes in {}-byte \
+                         blocks",
+                        cfg.dev_id.unwrap_or_default(),
+                        geometry.logical_block
+                    )));
+                }
+                cfg.queues = queues;
+                cfg.depth = depth;
+                cfg.max_io_bytes = max_io_bytes;
+                true
+            }
+        };
+        let ctrl = if recovered {
+            let id = cfg.dev_id.unwrap_or_default();
+            crate::recovery::start(id)?;
+            UblkCtrlBuilder::default()
+                .name("tiercache")
+                .id(id as i32)
+                .nr_queues(cfg.queues)
+                .depth(cfg.depth)
+                .io_buf_bytes(cfg.max_io_bytes)
+                .ctrl_flags(crate::recovery::RECOVERY_FLAGS)
+                .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+                .build()
+                .map_err(|e| {
+                    StartError::Driver(format!("recovering the device: {}", describe(&e)))
+                })?
+        } else {
+            UblkCtrlBuilder::default()
+                .name("tiercache")
+                .id(cfg.dev_id.map_or(-1, |id| id as i32))
+                .nr_queues(cfg.queues)
+                .depth(cfg.depth)
+                .io_buf_bytes(geometry.max_io_bytes)
+                .ctrl_flags(if cfg.recovery {
+                    crate::recovery::RECOVERY_FLAGS
+                } else {
+                    0
+                })
+                .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+                .build()
+                .map_err(|e| StartError::Driver(format!("adding the device: {}", describe(&e))))?
+        };
         let ctrl = Arc::new(ctrl);
         let dev_id = ctrl.dev_info().dev_id;
 
@@ -180,7 +267,9 @@ impl UblkServer {
             export,
             jobs: pool.submitter(),
             notifiers,
+            gate: Arc::new(Gate::default()),
         });
+        let gate = shared.gate.clone();
         let (started_tx, started_rx) = mpsc::channel::<Result<(), String>>();
         let runner = {
             let ctrl = ctrl.clone();
@@ -197,6 +286,8 @@ impl UblkServer {
             geometry,
             runner: Some(runner),
             pool: Some(pool),
+            gate,
+            recovered,
         };
         match started_rx.recv() {
             Ok(Ok(())) => Ok(server),
@@ -223,6 +314,18 @@ impl UblkServer {
         self.dev_id
     }
 
+    /// True if the device was made with user recovery, so that
+    /// [`UblkServer::hand_over`] can leave it to the next server.
+    pub fn can_hand_over(&self) -> bool {
+        self.ctrl.dev_info().flags & u64::from(libublk::sys::UBLK_F_USER_RECOVERY) != 0
+    }
+
+    /// True if this server took over a device a previous server left
+    /// (user recovery) instead of adding one.
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
+
     /// Block sizes and size as given to the kernel.
     pub fn geometry(&self) -> Geometry {
         self.geometry
@@ -242,6 +345,43 @@ impl UblkServer {
     /// for that).
     pub fn stop(mut self) -> Result<(), String> {
         self.shutdown()
+    }
+
+    /// Leaves the device to the next server instead of deleting it: from
+    /// now on requests are not run (the kernel keeps them), and this
+    /// returns once the requests already running have their results, so
+    /// the export gets no more calls. The device stays LIVE until this
+    /// process exits; the kernel then quiesces it and re-issues the
+    /// requests left here to the next server ([`crate::recovery`]). The
+    /// caller shuts the export down and exits the process soon after: IO
+    /// waits until a new server takes the device over.
+    ///
+    /// Fails (and leaves everything running) if the device was made
+    /// without user recovery: the kernel would fail its IO.
+    pub fn hand_over(mut self) -> Result<(), String> {
+        if !self.can_hand_over() {
+            return Err(format!(
+                "/dev/ublkb{} was made without user recovery; it cannot be handed over",
+                self.dev_id
+            ));
+        }
+        self.gate.handing_over.store(true, Ordering::SeqCst);
+        while self.gate.busy.load(Ordering::SeqCst) != 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // The queue threads stay blocked in the kernel until the process
+        // exits: neither stop nor delete the device, nor let our control
+        // delete it when dropped.
+        self.ctrl.disown();
+        self.runner.take();
+        if let Some(pool) = self.pool.take() {
+            std::mem::forget(pool);
+        }
+        log::info!(
+            "ublk{}: handed over; the device waits for the next server",
+            self.dev_id
+        );
+        Ok(())
     }
 
     fn shutdown(&mut self) -> Result<(), String> {
@@ -271,6 +411,7 @@ impl UblkServer {
                 log::debug!("ublk{}: delete: {}", self.dev_id, describe(&e));
             }
         }
+        log::info!("ublk{}: deleted", self.dev_id);
         if let Some(pool) = self.pool.take() {
             pool.shutdown();
         }
@@ -286,7 +427,7 @@ impl Drop for UblkServer {
     }
 }
 
-fn describe(e: &UblkError) -> String {
+pub(crate) fn describe(e: &UblkError) -> String {
     match e {
         UblkError::OtherError(code) | UblkError::UringIOError(code) if *code < 0 => {
             format!("{e} ({})", std::io::Error::from_raw_os_error(-code))
@@ -450,6 +591,13 @@ async fn serve_tag(
         .await?;
     loop {
         let iod = q.get_iod(tag);
+        shared.gate.busy.fetch_add(1, Ordering::SeqCst);
+        if shared.gate.handing_over.load(Ordering::SeqCst) {
+            // Left to the next server: the kernel re-issues it when this
+            // process has exited.
+            shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
+            return std::future::pending().await;
+        }
         let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
             Err(errno) => errno,
             Ok(req) => 'result: {
@@ -506,6 +654,7 @@ async fn serve_tag(
                 }
             }
         };
+        shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
         served.set(served.get() + 1);
         if result < 0 {
             log::debug!(
