@@ -183,6 +183,10 @@ struct ServeArgs {
     /// Dirty share the background cleaner aims for in writeback, 0..1 (default 0.1).
     #[arg(long)]
     writeback_target: Option<f64>,
+    /// Seconds without client IO after which the cleaner writes every dirty
+    /// block back at full speed (default 0.5).
+    #[arg(long)]
+    writeback_idle_after: Option<f64>,
     /// Export name (default "default").
     #[arg(long)]
     name: Option<String>,
@@ -260,6 +264,7 @@ struct ServeFile {
     admission: Option<AdmissionKind>,
     sequential_cutoff: Option<String>,
     writeback_target: Option<f64>,
+    writeback_idle_after: Option<f64>,
     name: Option<String>,
     socket: Option<PathBuf>,
     listen: Option<String>,
@@ -290,6 +295,8 @@ pub struct ServeSettings {
     pub policy_given: bool,
     pub sequential_cutoff: u64,
     pub writeback_target: f64,
+    /// No client IO for this long counts as idle: clean at full speed.
+    pub writeback_idle_after: std::time::Duration,
     pub name: String,
     pub socket: PathBuf,
     pub listen: Option<String>,
@@ -334,6 +341,16 @@ impl ServeArgs {
         if !(0.0..=1.0).contains(&writeback_target) {
             bail!("--writeback-target {writeback_target} must be between 0 and 1");
         }
+        let idle = self
+            .writeback_idle_after
+            .or(file.writeback_idle_after)
+            .unwrap_or(0.5);
+        let writeback_idle_after = std::time::Duration::try_from_secs_f64(idle)
+            .ok()
+            .filter(|d| d.as_secs() <= 365 * 86400)
+            .with_context(|| {
+                format!("--writeback-idle-after {idle} must be between 0 and a year of seconds")
+            })?;
         let name = self.name.or(file.name).unwrap_or_else(|| "default".into());
         let socket = self
             .socket
@@ -387,6 +404,7 @@ impl ServeArgs {
             },
             sequential_cutoff: size(self.sequential_cutoff, file.sequential_cutoff, 4 << 20)?,
             writeback_target,
+            writeback_idle_after,
             name,
             socket,
             listen: self.listen.or(file.listen),

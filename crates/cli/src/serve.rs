@@ -172,6 +172,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         engine.clone(),
         CleanerConfig {
             target_dirty: s.writeback_target,
+            idle_after: s.writeback_idle_after,
             ..CleanerConfig::default()
         },
     );
