@@ -33,6 +33,26 @@ impl CacheBlock {
     }
 }
 
+/// Index of a backing volume in a cache pool's volume table (one cache
+/// device shared by up to 65535 backing volumes). A pool of one uses
+/// `VolumeId(0)`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct VolumeId(pub u16);
+
+impl VolumeId {
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+impl fmt::Display for VolumeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}", self.0)
+    }
+}
+
 impl fmt::Display for OriginBlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "o{}", self.0)
