@@ -4,15 +4,15 @@ use crate::codec::{claim_len, content_crc, unpack, Entry, PackedEntry, Superbloc
 use crate::error::{MetadataError, Result};
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 use crate::read::{
-    check_features, choose_superblock, drop_stale, entries_in_block, find_conflicts,
-    read_snapshot, read_superblocks, read_volume_table, replay_journal, scan_beyond, Beyond,
+    check_features, choose_superblock, drop_stale, entries_in_block, find_conflicts, read_snapshot,
+    read_superblocks, read_volume_table, replay_journal, scan_beyond, Beyond,
 };
 use crate::store::MetadataStore;
 use crate::volume::{duplicate_names, VolumeSlot, MAX_NAME_LEN};
-use tiercache_types::VolumeId;
 use std::fmt;
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
+use tiercache_types::VolumeId;
 
 /// How bad a problem is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -567,13 +567,8 @@ pub fn repair_with(dev: Arc<dyn BlockDevice>, options: &CheckOptions) -> Result<
     // New snapshot and both superblock copies, journal epoch past anything
     // seen.
     let next = s.max_seq.max(s.sb.journal_start_seq + l.journal_blocks) + 1;
-    let store = MetadataStore::rewrite_for_repair(
-        dev,
-        s.sb.clone(),
-        s.table.clone(),
-        s.map.clone(),
-        next,
-    )?;
+    let store =
+        MetadataStore::rewrite_for_repair(dev, s.sb.clone(), s.table.clone(), s.map.clone(), next)?;
     s.report.volumes = s.table.clone();
     actions.push(format!(
         "wrote snapshot {} and superblock generations {} and {}; journal restarts at sequence {next}",
@@ -720,7 +715,9 @@ fn verify_claims(
         if claim.0 >= layout.capacity {
             continue; // not a slot of this layout: nothing to read
         }
-        let adjacent = run.last().is_some_and(|&(last, _, _, _)| last + 1 == claim.0);
+        let adjacent = run
+            .last()
+            .is_some_and(|&(last, _, _, _)| last + 1 == claim.0);
         if !adjacent || run.len() == run_max {
             flush_run(&mut run, &mut out);
         }

@@ -754,12 +754,9 @@ mod tests {
             clean_shutdown: true,
             detached: false,
             policy: "smq+hotspot".into(),
-            layout: Layout::compute(64 << 20, 4096, None).unwrap(),
-            backing: BackingIdentity {
-                size: 1 << 30,
-                path_hint: "/dev/sdb".into(),
-                fingerprint: Some(0xdead_beef),
-            },
+            layout: Layout::compute(64 << 20, 4096, 1024, None).unwrap(),
+            volumes_active: Area::A,
+            volumes_generation: 77,
             active: Area::B,
             snapshot_seq: 3,
             journal_start_seq: 12345,
@@ -767,50 +764,65 @@ mod tests {
     }
 
     fn packed(word: u64, crc: u32) -> PackedEntry {
+        packed_v(word, crc, 0, if word == 0 { 0 } else { 1 })
+    }
+
+    fn packed_v(word: u64, crc: u32, volume: u16, generation: u16) -> PackedEntry {
         let mut p = FREE_ENTRY;
         p[..8].copy_from_slice(&word.to_le_bytes());
-        p[8..].copy_from_slice(&crc.to_le_bytes());
+        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        p[12..14].copy_from_slice(&volume.to_le_bytes());
+        p[14..16].copy_from_slice(&generation.to_le_bytes());
         p
     }
 
     #[test]
     fn entry_round_trip_and_layout() {
         let e = Entry {
+            volume: VolumeId(0),
             oblock: MAX_OBLOCK,
             dirty: true,
             hint: 63,
             crc: Some(u32::MAX),
         };
-        assert_eq!(unpack(e.pack()).unwrap(), Some(e));
+        assert_eq!(unpack(e.pack(1)).unwrap(), Some(e));
         // valid, dirty, hint 63 and has-crc: bits 48..57.
-        assert_eq!(e.pack(), packed(MAX_OBLOCK | (0x1ff << 48), u32::MAX));
+        assert_eq!(e.pack(1), packed(MAX_OBLOCK | (0x1ff << 48), u32::MAX));
         assert_eq!(unpack(FREE_ENTRY).unwrap(), None);
-        assert_eq!(pack(None), [0u8; 12]);
+        assert_eq!(pack(None, 0), [0u8; 16]);
+        assert_eq!(pack(None, 9), [0u8; 16], "a free slot has no generation");
         let e = Entry {
+            volume: VolumeId(0),
             oblock: 5,
             dirty: false,
             hint: 200,
             crc: None,
         };
-        assert_eq!(e.pack(), packed(5 | (1 << 48) | (63 << 50), 0));
-        assert_eq!(unpack(e.pack()).unwrap().unwrap().hint, 63);
+        assert_eq!(e.pack(1), packed(5 | (1 << 48) | (63 << 50), 0));
+        assert_eq!(unpack(e.pack(1)).unwrap().unwrap().hint, 63);
         // A clean claim with a crc: has-crc bit 56, crc in bytes 8..12,
         // little-endian.
         let c = Entry {
+            volume: VolumeId(0x0201),
             oblock: 0x0102_0304_0506,
             dirty: false,
             hint: 1,
             crc: Some(0xa1b2_c3d4),
         };
+        // Then the volume (0x0201) and the generation (0xfffe), little-endian.
         assert_eq!(
-            c.pack(),
-            [0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x05, 0x01, 0xd4, 0xc3, 0xb2, 0xa1]
+            c.pack(0xfffe),
+            [
+                0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x05, 0x01, 0xd4, 0xc3, 0xb2, 0xa1, 0x01, 0x02,
+                0xfe, 0xff
+            ]
         );
-        assert_eq!(unpack(c.pack()).unwrap(), Some(c));
+        assert_eq!(unpack(c.pack(0xfffe)).unwrap(), Some(c));
+        assert_eq!(entry_generation(&c.pack(0xfffe)), 0xfffe);
         // A zero crc is a crc, not "no crc".
         let z = Entry { crc: Some(0), ..c };
-        assert_eq!(unpack(z.pack()).unwrap(), Some(z));
-        assert_ne!(z.pack(), Entry { crc: None, ..c }.pack());
+        assert_eq!(unpack(z.pack(3)).unwrap(), Some(z));
+        assert_ne!(z.pack(3), Entry { crc: None, ..c }.pack(3));
 
         assert!(unpack(packed(1, 0)).is_err(), "free entry with stray bits");
         assert!(
@@ -822,10 +834,22 @@ mod tests {
             unpack(packed(5 | (1 << 48), 7)).is_err(),
             "crc without has-crc bit"
         );
+        assert!(
+            unpack(packed_v(0, 0, 1, 0)).is_err(),
+            "free entry with a volume"
+        );
+        assert!(
+            unpack(packed_v(0, 0, 0, 1)).is_err(),
+            "free entry with a generation"
+        );
+        assert!(
+            unpack(packed_v(5 | (1 << 48), 0, 0, 0)).is_err(),
+            "entry with generation 0"
+        );
         // Spare bits 57..64 are ignored.
-        let word = u64::from_le_bytes(c.pack()[..8].try_into().unwrap());
+        let word = u64::from_le_bytes(c.pack(1)[..8].try_into().unwrap());
         assert_eq!(
-            unpack(packed(word | (0x7f << 57), 0xa1b2_c3d4)).unwrap(),
+            unpack(packed_v(word | (0x7f << 57), 0xa1b2_c3d4, 0x0201, 1)).unwrap(),
             Some(c)
         );
     }
@@ -844,19 +868,42 @@ mod tests {
     }
 
     #[test]
-    fn format_version_is_2_and_capacities_follow_the_entry_size() {
-        assert_eq!(FORMAT_VERSION, 2);
-        assert_eq!(SNAPSHOT_ENTRIES_PER_BLOCK, 336);
-        assert_eq!(JOURNAL_RECORDS_PER_BLOCK, 252);
-        // A version-1 superblock is refused as such (its layout is not
-        // even looked at).
-        let mut b = encode_superblock(&sample_sb());
-        wr_u32(&mut b, SB_VERSION, 1);
-        seal(&mut b);
-        assert_eq!(
-            decode_superblock(&b, 1),
-            Err(DecodeError::UnsupportedVersion { found: 1 })
-        );
+    fn format_version_is_3_and_capacities_follow_the_entry_size() {
+        assert_eq!(FORMAT_VERSION, 3);
+        assert_eq!(ENTRY_LEN, 16);
+        assert_eq!(SNAPSHOT_ENTRIES_PER_BLOCK, 252);
+        assert_eq!(JOURNAL_RECORDS_PER_BLOCK, 201);
+        // Version-1 and version-2 superblocks are refused as such (their
+        // layout is not even looked at).
+        for v in [1, 2] {
+            let mut b = encode_superblock(&sample_sb());
+            wr_u32(&mut b, SB_VERSION, v);
+            seal(&mut b);
+            assert_eq!(
+                decode_superblock(&b, 1),
+                Err(DecodeError::UnsupportedVersion { found: v })
+            );
+        }
+    }
+
+    #[test]
+    fn superblock_byte_layout() {
+        let sb = sample_sb();
+        let b = encode_superblock(&sb);
+        let l = sb.layout;
+        assert_eq!(rd_u32(&b, 48), 3);
+        assert_eq!(b[86], 1, "snapshot area B");
+        assert_eq!(b[87], 0, "volume table copy A");
+        assert_eq!(rd_u64(&b, 168), 2);
+        assert_eq!(rd_u64(&b, 176), 2 + 69);
+        assert_eq!(rd_u64(&b, 184), 69);
+        assert_eq!(rd_u32(&b, 192), 1024);
+        assert_eq!(rd_u64(&b, 200), 77);
+        assert_eq!(&b[208..219], b"smq+hotspot");
+        assert_eq!(SB_END, 240);
+        assert!(b[SB_END..].iter().all(|&c| c == 0));
+        assert_eq!(rd_u64(&b, 104), l.snapshot_a);
+        assert_eq!(l.snapshot_a, 2 + 2 * 69);
     }
 
     #[test]
@@ -866,7 +913,7 @@ mod tests {
         assert_eq!(decode_superblock(&b, 1).unwrap(), sb);
         let mut sb2 = sb.clone();
         sb2.generation = 8;
-        sb2.backing.fingerprint = None;
+        sb2.volumes_active = Area::B;
         sb2.active = Area::A;
         sb2.mode = CacheMode::PassThrough;
         sb2.detached = true;
@@ -908,20 +955,42 @@ mod tests {
             Err(DecodeError::WrongLength(100))
         ));
         let mut c = b.clone();
-        wr_u32(&mut c, SB_VERSION, 3);
+        wr_u32(&mut c, SB_VERSION, 4);
         seal(&mut c);
         assert_eq!(
             decode_superblock(&c, 1),
-            Err(DecodeError::UnsupportedVersion { found: 3 })
+            Err(DecodeError::UnsupportedVersion { found: 4 })
         );
-        // A sealed but inconsistent layout.
+        // A sealed but inconsistent layout, volume table fields, or stray
+        // bytes after the fields.
+        for (at, v) in [
+            (SB_SNAP_B, 3u64),
+            (SB_VOLUMES_A, 3),
+            (SB_VOLUMES_B, 70),
+            (SB_VOLUME_BLOCKS, 68),
+            (SB_VOLUMES_GEN, 0),
+            (SB_VOLUMES_GEN, MAX_SEQ),
+            (SB_END, 1),
+            (4088, 1),
+        ] {
+            let mut c = b.clone();
+            wr_u64(&mut c, at, v);
+            seal(&mut c);
+            assert!(
+                matches!(decode_superblock(&c, 1), Err(DecodeError::Invalid(_))),
+                "{at} = {v}"
+            );
+        }
+        for (at, v) in [(SB_MAX_VOLUMES, 0u32), (SB_MAX_VOLUMES, 1036)] {
+            let mut c = b.clone();
+            wr_u32(&mut c, at, v);
+            seal(&mut c);
+            assert!(decode_superblock(&c, 1).is_err(), "max volumes {v}");
+        }
         let mut c = b.clone();
-        wr_u64(&mut c, SB_SNAP_B, 3);
+        c[SB_VOLUMES_ACTIVE] = 2;
         seal(&mut c);
-        assert!(matches!(
-            decode_superblock(&c, 1),
-            Err(DecodeError::Invalid(_))
-        ));
+        assert!(decode_superblock(&c, 1).is_err(), "volume copy 2");
         let mut c = b;
         c[SB_MODE] = 9;
         seal(&mut c);
@@ -934,10 +1003,11 @@ mod tests {
     #[test]
     fn long_strings_are_cut_at_char_boundaries() {
         let mut sb = sample_sb();
-        sb.backing.path_hint = "é".repeat(200);
+        sb.policy = "é".repeat(40);
+        let d = decode_superblock(&encode_superblock(&sb), 1).unwrap();
+        assert_eq!(d.policy, "é".repeat(16));
         sb.policy = "x".repeat(40);
         let d = decode_superblock(&encode_superblock(&sb), 1).unwrap();
-        assert_eq!(d.backing.path_hint, "é".repeat(128));
         assert_eq!(d.policy, "x".repeat(32));
         assert_eq!(stored_str(&sb.policy, POLICY_LEN), d.policy);
     }
@@ -946,12 +1016,16 @@ mod tests {
     fn snapshot_block_round_trip_and_errors() {
         let entries: Vec<PackedEntry> = (0..SNAPSHOT_ENTRIES_PER_BLOCK as u64)
             .map(|i| {
-                pack((i % 3 != 0).then_some(Entry {
-                    oblock: i * 7,
-                    dirty: i % 2 == 0,
-                    hint: (i % 64) as u8,
-                    crc: (i % 4 != 0).then_some((i as u32).wrapping_mul(0x9e37_79b9)),
-                }))
+                pack(
+                    (i % 3 != 0).then_some(Entry {
+                        volume: VolumeId(i as u16 % 5),
+                        oblock: i * 7,
+                        dirty: i % 2 == 0,
+                        hint: (i % 64) as u8,
+                        crc: (i % 4 != 0).then_some((i as u32).wrapping_mul(0x9e37_79b9)),
+                    }),
+                    i as u16 + 1,
+                )
             })
             .collect();
         let mut b = vec![0u8; META_BLOCK];
@@ -977,16 +1051,24 @@ mod tests {
             Err(DecodeError::WrongMagic { .. })
         ));
         let mut c = b.clone();
-        wr_u32(&mut c, 52, 337);
+        wr_u32(&mut c, 52, 253);
         seal(&mut c);
         assert!(decode_snapshot_block(&c, 17).is_err());
-        // The last entry sits at 64 + 335 * 12 = 4084..4096; a crc without
+        // The last entry sits at 64 + 251 * 16 = 4080..4096; a crc without
         // the has-crc bit there, sealed, is refused.
         let mut c = b.clone();
         let last = PAYLOAD_AT + ENTRY_LEN * (SNAPSHOT_ENTRIES_PER_BLOCK - 1);
         assert_eq!(last + ENTRY_LEN, META_BLOCK);
         assert_eq!(&c[last..], &entries[SNAPSHOT_ENTRIES_PER_BLOCK - 1]);
         c[last + 7] &= !1; // clear the has-crc bit (bit 56)
+        seal(&mut c);
+        assert!(matches!(
+            decode_snapshot_block(&c, 17),
+            Err(DecodeError::Invalid(_))
+        ));
+        // A generation of 0 in an entry, sealed, is refused.
+        let mut c = b.clone();
+        c[last + 14..last + 16].fill(0);
         seal(&mut c);
         assert!(matches!(
             decode_snapshot_block(&c, 17),
@@ -1010,12 +1092,16 @@ mod tests {
             records: (0..JOURNAL_RECORDS_PER_BLOCK as u32)
                 .map(|i| Record {
                     slot: i * 3,
-                    entry: pack((i % 2 == 0).then_some(Entry {
-                        oblock: u64::from(i) << 20,
-                        dirty: i % 4 == 0,
-                        hint: 1,
-                        crc: (i % 4 == 2).then_some(i.wrapping_mul(0x0101_0101)),
-                    })),
+                    entry: pack(
+                        (i % 2 == 0).then_some(Entry {
+                            volume: VolumeId(i as u16),
+                            oblock: u64::from(i) << 20,
+                            dirty: i % 4 == 0,
+                            hint: 1,
+                            crc: (i % 4 == 2).then_some(i.wrapping_mul(0x0101_0101)),
+                        }),
+                        7,
+                    ),
                 })
                 .collect(),
         };
@@ -1040,11 +1126,14 @@ mod tests {
         wr_u32(&mut c, 56, 0);
         seal(&mut c);
         assert!(decode_journal_block(&c, 99).is_err());
-        // Records are 16 bytes: the last one ends at 64 + 252 * 16 = 4096.
+        // Records are 20 bytes: the last one ends at 64 + 201 * 20 = 4084.
         let last = PAYLOAD_AT + RECORD_LEN * (JOURNAL_RECORDS_PER_BLOCK - 1);
-        assert_eq!(last + RECORD_LEN, META_BLOCK);
+        assert_eq!(last + RECORD_LEN, 4084);
         assert_eq!(rd_u32(&b, last), jb.records.last().unwrap().slot);
-        assert_eq!(&b[last + 4..], &jb.records.last().unwrap().entry);
+        assert_eq!(
+            &b[last + 4..last + RECORD_LEN],
+            &jb.records.last().unwrap().entry
+        );
         // A free record with a stray crc, sealed, is refused.
         let mut c = b.clone();
         c[last + 4 + 8] = 1;

@@ -1,8 +1,8 @@
 //! Where each metadata region lies on the cache device.
 
 use crate::codec::{valid_block_size, ENTRY_LEN, META_BLOCK};
-use crate::volume::{volume_blocks, MAX_MAX_VOLUMES};
 use crate::error::{MetadataError, Result};
+use crate::volume::{volume_blocks, MAX_MAX_VOLUMES};
 use tiercache_types::align_up;
 
 /// Packed 16-byte entries per snapshot block: `(4096 - 64) / 16` = 252.
@@ -96,7 +96,8 @@ impl Layout {
         }
         while cap > 0
             && cap < u64::from(u32::MAX) - 1
-            && Self::for_capacity(cap + 1, block_size, max_volumes, journal_bytes).required_device_size()
+            && Self::for_capacity(cap + 1, block_size, max_volumes, journal_bytes)
+                .required_device_size()
                 <= cache_size
         {
             cap += 1;
@@ -277,9 +278,19 @@ mod tests {
         let l = Layout::compute(64 << 20, 4096, 100, None).unwrap();
         for bad in [
             Layout { volumes_a: 3, ..l },
-            Layout { volume_blocks: 8, ..l },
-            Layout { max_volumes: 0, volume_blocks: 0, ..l },
-            Layout { snapshot_a: l.snapshot_a + 1, ..l },
+            Layout {
+                volume_blocks: 8,
+                ..l
+            },
+            Layout {
+                max_volumes: 0,
+                volume_blocks: 0,
+                ..l
+            },
+            Layout {
+                snapshot_a: l.snapshot_a + 1,
+                ..l
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }

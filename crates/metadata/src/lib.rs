@@ -75,13 +75,13 @@ pub use codec::{
     claim_len, content_crc, Area, BackingIdentity, DecodeError, Entry, Superblock, MAX_HINT,
     MAX_OBLOCK,
 };
-pub use tiercache_types::VolumeId;
-pub use volume::{
-    validate_name, NewVolume, VolumeRecord, VolumeSlot, VolumeState, DEFAULT_MAX_VOLUMES,
-    MAX_MAX_VOLUMES,
-};
 pub use error::{ErrorKind, MetadataError, Result};
 pub use layout::{default_journal_bytes, Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 pub use store::{
     fingerprint, CommitStats, FormatParams, Mapping, MetadataStats, MetadataStore, Recovered,
+};
+pub use tiercache_types::VolumeId;
+pub use volume::{
+    validate_name, NewVolume, VolumeRecord, VolumeSlot, VolumeState, DEFAULT_MAX_VOLUMES,
+    MAX_MAX_VOLUMES,
 };

@@ -262,13 +262,7 @@ impl MetadataStore {
         }
         let mut table = vec![VolumeSlot::Free { last_generation: 0 }; layout.max_volumes as usize];
         for (i, v) in params.volumes.iter().enumerate() {
-            table[i] = VolumeSlot::Used(new_record(
-                &table,
-                i,
-                v,
-                params.mode,
-                params.block_size,
-            )?);
+            table[i] = VolumeSlot::Used(new_record(&table, i, v, params.mode, params.block_size)?);
         }
         let uuid: [u8; 16] = rand::random();
         let sb = Superblock {
@@ -320,8 +314,8 @@ impl MetadataStore {
     /// attached again), are stale: dropped, counted in
     /// [`Recovered::stale_entries`], never returned.
     ///
-    /// The caller checks each backing device it is about to use with
-    /// [`Recovered::check_backing`].
+    /// A caller about to use backing devices checks them with
+    /// [`MetadataStore::open_with`] (before anything is written).
     ///
     /// Before returning, `open` makes the on-disk state "in use": after a
     /// clean shutdown it clears the flag (so a later crash is seen as
@@ -330,6 +324,20 @@ impl MetadataStore {
     /// crashed run could have written, so leftovers of a torn commit can
     /// never be mistaken for new commits.
     pub fn open(dev: Arc<dyn BlockDevice>) -> Result<(MetadataStore, Recovered)> {
+        Self::open_with(dev, &[])
+    }
+
+    /// [`MetadataStore::open`], checking first that each `(volume,
+    /// identity)` of `backing` is attached and matches its record
+    /// ([`VolumeRecord::check_backing`]: the size must match; a differing
+    /// fingerprint is refused after a clean shutdown and a warning after an
+    /// unclean one). The checks are made before `open` writes anything, so
+    /// a refused open leaves the device as it was (a clean shutdown stays
+    /// recorded as clean).
+    pub fn open_with(
+        dev: Arc<dyn BlockDevice>,
+        backing: &[(VolumeId, BackingIdentity)],
+    ) -> Result<(MetadataStore, Recovered)> {
         let device = dev.describe();
         let copies = read_superblocks(&*dev)?;
         let (sb, _block, mut warnings) = choose_superblock(&device, &copies)?;
@@ -346,6 +354,14 @@ impl MetadataStore {
             ));
         }
         let table = read_volume_table(&*dev, &sb, None)?;
+        for (id, found) in backing {
+            let Some(r) = table.get(id.index()).and_then(VolumeSlot::record) else {
+                return Err(MetadataError::NotAttached { volume: id.0 });
+            };
+            if let Some(w) = r.check_backing(found, sb.clean_shutdown)? {
+                warnings.push(w);
+            }
+        }
         let mut map = read_snapshot(&*dev, &sb, None)?;
         let replay = replay_journal(&*dev, &sb, &mut map, true, |_, _| {})?;
         if !sb.clean_shutdown {

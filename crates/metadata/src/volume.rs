@@ -117,7 +117,9 @@ pub struct VolumeRecord {
 pub enum VolumeSlot {
     /// Not attached. `last_generation` is the generation the index had at
     /// its last attachment (0: never attached).
-    Free { last_generation: u16 },
+    Free {
+        last_generation: u16,
+    },
     Used(VolumeRecord),
 }
 
@@ -200,7 +202,11 @@ impl VolumeRecord {
     /// after a clean shutdown (`was_clean`: a different device, or one
     /// written behind the cache's back) and only a warning (returned)
     /// after an unclean one (writeback legitimately changed it).
-    pub fn check_backing(&self, found: &BackingIdentity, was_clean: bool) -> Result<Option<String>> {
+    pub fn check_backing(
+        &self,
+        found: &BackingIdentity,
+        was_clean: bool,
+    ) -> Result<Option<String>> {
         let expected = || {
             format!(
                 "volume '{}': {}",
@@ -421,7 +427,10 @@ pub fn decode_volume_block(b: &[u8], block: u64) -> std::result::Result<VolumeBl
             "volume-table block holds {count} records (1 to {VOLUMES_PER_BLOCK})"
         )));
     }
-    if rd_u64(b, 56) != 0 || b[PAYLOAD_AT + VOLUME_RECORD_LEN * count..].iter().any(|&c| c != 0)
+    if rd_u64(b, 56) != 0
+        || b[PAYLOAD_AT + VOLUME_RECORD_LEN * count..]
+            .iter()
+            .any(|&c| c != 0)
     {
         return Err(DecodeError::Invalid(
             "volume-table block with stray bytes outside its records".into(),
@@ -497,18 +506,13 @@ mod tests {
         encode_volume_slot(&bare, &mut b);
         assert_eq!(decode_volume_slot(&b).unwrap(), bare);
         assert_eq!(bare.next_generation(), 1, "65535 wraps to 1");
-        let free = VolumeSlot::Free {
-            last_generation: 9,
-        };
+        let free = VolumeSlot::Free { last_generation: 9 };
         encode_volume_slot(&free, &mut b);
         assert_eq!(&b[..2], &[9, 0]);
         assert!(b[2..].iter().all(|&c| c == 0));
         assert_eq!(decode_volume_slot(&b).unwrap(), free);
         assert_eq!(free.next_generation(), 10);
-        assert_eq!(
-            VolumeSlot::Free { last_generation: 0 }.next_generation(),
-            1
-        );
+        assert_eq!(VolumeSlot::Free { last_generation: 0 }.next_generation(), 1);
     }
 
     #[test]
@@ -524,7 +528,10 @@ mod tests {
         assert!(bad(&|b| b[0..2].fill(0)), "generation 0");
         assert!(bad(&|b| b[R_MODE] = 4), "mode");
         assert!(bad(&|b| b[R_FLAGS] |= 4), "flags");
-        assert!(bad(&|b| b[R_FLAGS] &= !FLAG_FINGERPRINT), "fingerprint flag");
+        assert!(
+            bad(&|b| b[R_FLAGS] &= !FLAG_FINGERPRINT),
+            "fingerprint flag"
+        );
         assert!(bad(&|b| b[R_FLAGS] &= !FLAG_CUTOFF), "cutoff flag");
         assert!(bad(&|b| b[R_NAME_LEN] = 0), "empty name");
         assert!(bad(&|b| b[R_NAME_LEN] = 64), "long name");
@@ -614,7 +621,10 @@ mod tests {
         assert_eq!(decode_volume_block(&b, 9).unwrap().slots, &slots[..4]);
         b[PAYLOAD_AT + 4 * VOLUME_RECORD_LEN] = 1;
         seal(&mut b);
-        assert!(decode_volume_block(&b, 9).is_err(), "stray bytes after records");
+        assert!(
+            decode_volume_block(&b, 9).is_err(),
+            "stray bytes after records"
+        );
     }
 
     #[test]
@@ -641,7 +651,10 @@ mod tests {
             ..same.clone()
         };
         let e = r.check_backing(&other_fp, true).unwrap_err().to_string();
-        assert!(e.contains("differ from those seen at the last clean shutdown"), "{e}");
+        assert!(
+            e.contains("differ from those seen at the last clean shutdown"),
+            "{e}"
+        );
         assert!(r.check_backing(&other_fp, false).unwrap().is_some());
         let unknown = BackingIdentity {
             fingerprint: None,
