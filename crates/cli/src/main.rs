@@ -533,6 +533,29 @@ fn check(a: &CheckArgs) -> Result<()> {
         report.clean_with_crc,
         report.journal_blocks_replayed
     );
+    for (i, v) in report.volumes.iter().enumerate() {
+        if let Some(r) = v.record() {
+            println!(
+                "volume {i}: '{}', {} bytes, {:?}, mode {}, generation {}{}",
+                r.name,
+                r.size,
+                r.state,
+                r.mode,
+                r.generation,
+                if r.path_hint.is_empty() {
+                    String::new()
+                } else {
+                    format!(", last seen at {}", r.path_hint)
+                }
+            );
+        }
+    }
+    if report.stale_entries > 0 {
+        println!(
+            "{} stale entries (of volumes not attached, or of an earlier attachment)",
+            report.stale_entries
+        );
+    }
     for p in &report.problems {
         match p.block {
             Some(b) => println!("{:?}: {} (metadata block {b})", p.severity, p.message),
