@@ -36,6 +36,17 @@ use tiercache_types::{CacheBlock, CacheMode, Clock, OriginBlock};
 /// The volume of the pool this engine serves.
 pub(crate) const VOLUME: VolumeId = VolumeId(0);
 
+/// Records in the volume table of a new cache of `cache_size` bytes: the
+/// metadata crate's default (1024, 552 KiB of tables) from 64 MiB up;
+/// smaller caches (tests, demos) get 15 (one 4 KiB block per copy).
+fn max_volumes(cache_size: u64) -> u32 {
+    if cache_size >= 64 << 20 {
+        tiercache_metadata::DEFAULT_MAX_VOLUMES
+    } else {
+        15
+    }
+}
+
 /// The volume name for a backing device at `path`: its file name with
 /// characters a volume name cannot hold replaced by '_' (at most 63
 /// bytes), or `default`.
@@ -132,7 +143,7 @@ impl Engine {
                 mode: config.mode,
                 policy: config.policy.to_string(),
                 journal_bytes,
-                max_volumes: None,
+                max_volumes: Some(max_volumes(cache.size())),
                 volumes: vec![NewVolume {
                     name: volume_name(backing_path),
                     identity,
