@@ -62,6 +62,7 @@
 mod check;
 pub mod codec;
 mod error;
+pub mod format2;
 mod layout;
 mod read;
 mod store;
