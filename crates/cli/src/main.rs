@@ -6,6 +6,7 @@ mod export;
 mod serve;
 mod sim;
 mod ublk;
+mod upgrade;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -34,6 +35,10 @@ enum Command {
     Serve(ServeArgs),
     /// Check a cache device's metadata (read only), or repair it.
     Check(CheckArgs),
+    /// Upgrade a cache of on-disk format 2: write its dirty blocks back to
+    /// the backing device, then re-create the cache as format 3 (one
+    /// volume; the clean cached contents are dropped).
+    Upgrade(upgrade::UpgradeArgs),
     /// What would a cache of a given size and policy do for a workload?
     /// Replays a trace or a synthetic workload through the engine's own
     /// decision code and prints hit ratios, predicted IOPS and latency.
@@ -589,6 +594,7 @@ fn main() {
     let result = match cli.command {
         Command::Create(a) => create(&a),
         Command::Check(a) => check(&a),
+        Command::Upgrade(a) => upgrade::run(&a),
         Command::Sim(a) => sim::run(&a),
         Command::Serve(args) => args.resolve().and_then(|s| serve::run(&s)),
         Command::Stats(a) => stats(&a),

@@ -27,7 +27,7 @@ pub enum MetadataError {
     /// entries). Version 3 stores a volume number and generation with every
     /// entry, so more bytes per slot: the metadata regions have other sizes
     /// and the cache cannot be converted in place. Its data is safe.
-    #[error("{device} uses on-disk format version 2; this build uses version 3 (a cache shared by several volumes, which stores more per block), so it cannot be converted in place. The cached data is safe: with the tiercache that made this cache (format 2), run `tiercache detach` (it writes the dirty blocks back to the backing device); then re-create the cache with this build's `tiercache create --force` (the clean cached contents are dropped)")]
+    #[error("{device} uses on-disk format version 2; this build uses version 3 (a cache shared by several volumes, which stores more per block), so it cannot be converted in place. The cached data is safe: run `tiercache upgrade --cache {device} --backing <its backing device>`, which writes the cache's dirty blocks back to the backing device and then re-creates the cache as format 3 with one volume (the clean cached contents are dropped)")]
     OldFormat { device: String },
 
     /// The superblock sets feature bits this build does not know.

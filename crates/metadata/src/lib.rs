@@ -19,6 +19,10 @@
 //!   volume that is not attached or of an earlier attachment of its index.
 //! - [`MetadataStore::mark_clean_shutdown`] writes a final snapshot, the
 //!   volumes' fingerprints and the clean flag.
+//! - [`format2::read`] reads a cache of the previous format (version 2),
+//!   read only, so that its dirty blocks can be written back before it is
+//!   re-created (`tiercache upgrade`); [`MetadataStore::open`] refuses such
+//!   a cache with [`ErrorKind::OldFormat`].
 //! - [`check`] and [`repair`] inspect and salvage damaged metadata;
 //!   [`verify_clean_claims`] compares clean claims' crcs with the slots'
 //!   content.

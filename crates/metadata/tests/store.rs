@@ -165,8 +165,8 @@ fn refuses_unformatted_future_and_featured_devices() {
         "format version 2",
         "cannot be converted in place",
         "data is safe",
-        "`tiercache detach`",
-        "`tiercache create --force`",
+        "`tiercache upgrade --cache",
+        "writes the cache's dirty blocks back",
     ] {
         assert!(msg.contains(want), "{want}: {msg}");
     }
