@@ -8,8 +8,8 @@ use common::*;
 use tiercache_metadata::codec::seal;
 
 const BS: u64 = 4096;
-/// Backing device: 64 whole blocks and a last block of 1000 bytes.
-const BACKING_SIZE: u64 = 64 * BS + 1000;
+/// Backing device: 64 whole blocks and a last block of 1024 bytes.
+const BACKING_SIZE: u64 = 64 * BS + 1024;
 const SLOTS: u64 = 8;
 const JOURNAL_BLOCKS: u64 = 2;
 
@@ -36,7 +36,9 @@ fn v2_cache(
     data: &[(u64, Vec<u8>)],
 ) -> Vec<u8> {
     let data_offset = (2 + 2 + JOURNAL_BLOCKS) * BS;
-    let mut img = vec![0u8; (data_offset + SLOTS * BS) as usize];
+    // The device is larger than the version-2 layout needs (it used only
+    // its first slots): room for version 3's metadata (1 MiB journal).
+    let mut img = vec![0u8; (data_offset + SLOTS * BS).max(2 << 20) as usize];
     let blk = |img: &mut Vec<u8>, n: u64| -> std::ops::Range<usize> {
         let _ = img;
         (n * BS) as usize..((n + 1) * BS) as usize
@@ -153,8 +155,8 @@ fn upgrade_writes_dirty_blocks_back_then_formats_version_3() {
     assert_eq!(block(7), &e7[..], "dirty block of the journal written back");
     assert_eq!(
         block(64),
-        &d_last[..1000],
-        "the short last block, its 1000 bytes"
+        &d_last[..1024],
+        "the short last block, its 1024 bytes"
     );
     assert_eq!(
         block(5),

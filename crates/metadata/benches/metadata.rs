@@ -208,7 +208,8 @@ fn recovery(name: &str, dev: Arc<dyn BlockDevice>, slots: u64) {
     assert_eq!(rec.mapping, want);
     assert_eq!(rec.journal_blocks_replayed, used);
     let fin = s.mapping();
-    s.mark_clean_shutdown(&fin, &[(VolumeId(0), backing(slots))]).unwrap();
+    s.mark_clean_shutdown(&fin, &[(VolumeId(0), backing(slots))])
+        .unwrap();
     let t = Instant::now();
     let (mut s, rec2) = MetadataStore::open(dev).unwrap();
     let clean = t.elapsed();

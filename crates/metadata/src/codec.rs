@@ -539,7 +539,14 @@ pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError
             "volume-table generation {volumes_generation} out of range"
         ));
     }
-    if b[SB_END..].iter().any(|&c| c != 0) {
+    let policy = &b[SB_POLICY..SB_END];
+    let policy_len = policy.iter().position(|&c| c == 0).unwrap_or(POLICY_LEN);
+    if policy[policy_len..].iter().any(|&c| c != 0)
+        || std::str::from_utf8(&policy[..policy_len]).is_err()
+    {
+        return inv("policy name is not zero-padded UTF-8".into());
+    }
+    if rd_u32(b, SB_MAX_VOLUMES + 4) != 0 || b[SB_END..].iter().any(|&c| c != 0) {
         return inv("stray bytes after the superblock's fields".into());
     }
     let capacity = rd_u64(b, SB_CAPACITY);
@@ -981,11 +988,22 @@ mod tests {
                 "{at} = {v}"
             );
         }
-        for (at, v) in [(SB_MAX_VOLUMES, 0u32), (SB_MAX_VOLUMES, 1036)] {
+        for (at, v) in [
+            (SB_MAX_VOLUMES, 0u32),
+            (SB_MAX_VOLUMES, 1036),
+            (SB_MAX_VOLUMES + 4, 1),
+        ] {
             let mut c = b.clone();
             wr_u32(&mut c, at, v);
             seal(&mut c);
             assert!(decode_superblock(&c, 1).is_err(), "max volumes {v}");
+        }
+        for bad in [&b"ab\0c"[..], &[0xff, 0xfe]] {
+            let mut c = b.clone();
+            c[SB_POLICY..SB_END].fill(0);
+            c[SB_POLICY..SB_POLICY + bad.len()].copy_from_slice(bad);
+            seal(&mut c);
+            assert!(decode_superblock(&c, 1).is_err(), "policy {bad:?}");
         }
         let mut c = b.clone();
         c[SB_VOLUMES_ACTIVE] = 2;
