@@ -39,7 +39,8 @@ pub fn run(a: &UpgradeArgs) -> Result<()> {
     let old = match format2::read(&*cache) {
         Ok(c) => c,
         Err(e) if e.kind() == ErrorKind::UnsupportedVersion => {
-            if tiercache_metadata::MetadataStore::open(cache.clone()).is_ok() {
+            // Read only: a format-3 cache reads, a newer one does not.
+            if tiercache_metadata::check(&*cache).superblock.is_some() {
                 println!("{} is already format 3: nothing to do", a.cache);
                 return Ok(());
             }

@@ -37,7 +37,7 @@ pub struct Layout {
     /// First block of snapshot area A and B.
     pub snapshot_a: u64,
     pub snapshot_b: u64,
-    /// Blocks per snapshot area: `ceil(capacity / 336)`.
+    /// Blocks per snapshot area: `ceil(capacity / 252)`.
     pub snapshot_blocks: u64,
     /// First block of the circular journal and its length in blocks.
     pub journal_first: u64,
