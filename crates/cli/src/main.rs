@@ -6,6 +6,7 @@ mod export;
 mod serve;
 mod sim;
 mod ublk;
+mod upgrade;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -34,6 +35,10 @@ enum Command {
     Serve(ServeArgs),
     /// Check a cache device's metadata (read only), or repair it.
     Check(CheckArgs),
+    /// Upgrade a cache of on-disk format 2: write its dirty blocks back to
+    /// the backing device, then re-create the cache as format 3 (one
+    /// volume; the clean cached contents are dropped).
+    Upgrade(upgrade::UpgradeArgs),
     /// What would a cache of a given size and policy do for a workload?
     /// Replays a trace or a synthetic workload through the engine's own
     /// decision code and prints hit ratios, predicted IOPS and latency.
@@ -565,6 +570,29 @@ fn check(a: &CheckArgs) -> Result<()> {
         report.clean_with_crc,
         report.journal_blocks_replayed
     );
+    for (i, v) in report.volumes.iter().enumerate() {
+        if let Some(r) = v.record() {
+            println!(
+                "volume {i}: '{}', {} bytes, {:?}, mode {}, generation {}{}",
+                r.name,
+                r.size,
+                r.state,
+                r.mode,
+                r.generation,
+                if r.path_hint.is_empty() {
+                    String::new()
+                } else {
+                    format!(", last seen at {}", r.path_hint)
+                }
+            );
+        }
+    }
+    if report.stale_entries > 0 {
+        println!(
+            "{} stale entries (of volumes not attached, or of an earlier attachment)",
+            report.stale_entries
+        );
+    }
     for p in &report.problems {
         match p.block {
             Some(b) => println!("{:?}: {} (metadata block {b})", p.severity, p.message),
@@ -598,6 +626,7 @@ fn main() {
     let result = match cli.command {
         Command::Create(a) => create(&a),
         Command::Check(a) => check(&a),
+        Command::Upgrade(a) => upgrade::run(&a),
         Command::Sim(a) => sim::run(&a),
         Command::Serve(args) => args.resolve().and_then(|s| serve::run(&s)),
         Command::Stats(a) => stats(&a),

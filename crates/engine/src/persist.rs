@@ -17,14 +17,61 @@
 //! A clean shutdown writes the whole mapping (clean blocks and policy hints
 //! too) with the clean-shutdown flag: the next start is warm without
 //! reading anything.
+//!
+//! The cache device is a pool (format version 3) of which this engine
+//! uses one volume, [`VOLUME`]: every entry it records is for that volume,
+//! and its mode and the backing device's fingerprint live in that volume's
+//! record.
 
 use crate::{claims, Engine, EngineConfig, EngineError, Result};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use tiercache_device::{AlignedBuf, BlockDevice};
-use tiercache_metadata::{BackingIdentity, Entry, FormatParams, MetadataStore};
+use tiercache_metadata::{
+    BackingIdentity, Entry, FormatParams, MetadataStore, NewVolume, VolumeId,
+};
 use tiercache_policy::PolicyConfig;
 use tiercache_types::{CacheBlock, CacheMode, Clock, OriginBlock};
+
+/// The volume of the pool this engine serves.
+pub(crate) const VOLUME: VolumeId = VolumeId(0);
+
+/// Records in the volume table of a new cache of `cache_size` bytes: the
+/// metadata crate's default (1024, 552 KiB of tables) from 64 MiB up;
+/// smaller caches (tests, demos) get 15 (one 4 KiB block per copy).
+fn max_volumes(cache_size: u64) -> u32 {
+    if cache_size >= 64 << 20 {
+        tiercache_metadata::DEFAULT_MAX_VOLUMES
+    } else {
+        15
+    }
+}
+
+/// The volume name for a backing device at `path`: its file name with
+/// characters a volume name cannot hold replaced by '_' (at most 63
+/// bytes), or `default`.
+fn volume_name(path: &str) -> String {
+    let base = std::path::Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    name.truncate(63);
+    if tiercache_metadata::validate_name(&name).is_ok() {
+        name
+    } else {
+        "default".to_string()
+    }
+}
 
 /// The engine's link to its metadata.
 pub(crate) struct Persistence {
@@ -96,7 +143,13 @@ impl Engine {
                 mode: config.mode,
                 policy: config.policy.to_string(),
                 journal_bytes,
-                backing: identity,
+                max_volumes: Some(max_volumes(cache.size())),
+                volumes: vec![NewVolume {
+                    name: volume_name(backing_path),
+                    identity,
+                    mode: None,
+                    sequential_cutoff: None,
+                }],
             },
         )?;
         let layout = *store.layout();
@@ -125,8 +178,27 @@ impl Engine {
         backing_path: &str,
     ) -> Result<(Engine, OpenReport)> {
         let expected = identity(&*backing, backing_path)?;
-        let (mut store, rec) = MetadataStore::open(cache.clone(), &expected)?;
+        let (mut store, rec) = MetadataStore::open_with(cache.clone(), &[(VOLUME, expected)])?;
         let sb = rec.superblock.clone();
+        let volume = rec
+            .volume(VOLUME)
+            .cloned()
+            .ok_or(tiercache_metadata::MetadataError::NotAttached { volume: VOLUME.0 })?;
+        // Until the engine serves several volumes, it owns the whole cache:
+        // a pool with other volumes is not for it.
+        let others: Vec<String> = rec
+            .volumes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != VOLUME.index())
+            .filter_map(|(_, v)| v.record().map(|r| r.name.clone()))
+            .collect();
+        if !others.is_empty() {
+            return Err(EngineError::Config(format!(
+                "the cache holds other volumes too ({}); this engine serves a cache of one volume",
+                others.join(", ")
+            )));
+        }
         let saved_policy = sb.policy.parse::<PolicyConfig>().ok();
         let policy = options
             .policy
@@ -136,12 +208,13 @@ impl Engine {
         let hints_valid =
             saved_policy.as_ref().map(ToString::to_string) == Some(policy.to_string());
         let defaults = EngineConfig::default();
-        let mode = options.mode.unwrap_or(sb.mode);
+        let mode = options.mode.unwrap_or(volume.mode);
         let cfg = EngineConfig {
             mode,
             block_size: sb.layout.block_size,
             sequential_cutoff: options
                 .sequential_cutoff
+                .or(volume.sequential_cutoff)
                 .unwrap_or(defaults.sequential_cutoff),
             policy: policy.clone(),
             cache_data_offset: sb.layout.data_offset,
@@ -248,8 +321,8 @@ impl Engine {
         if sb.detached {
             store.set_detached(false)?;
         }
-        if options.mode.is_some_and(|m| m != sb.mode) {
-            store.set_mode(mode)?;
+        if options.mode.is_some_and(|m| m != volume.mode) {
+            store.set_volume_mode(VOLUME, mode)?;
         }
         if options.policy.is_some() && !hints_valid {
             store.set_policy(&policy.to_string())?;
@@ -301,6 +374,7 @@ impl Engine {
         self.push_pending(Pending {
             slot: c.0,
             entry: Some(Entry {
+                volume: VOLUME,
                 oblock: b.0,
                 dirty: false,
                 hint: d.hint(b),
@@ -421,6 +495,7 @@ impl Engine {
     /// The record for a block that just became dirty in slot `c`.
     pub(crate) fn dirty_entry(&self, d: &tiercache_policy::Director, b: OriginBlock) -> Entry {
         Entry {
+            volume: VOLUME,
             oblock: b.0,
             dirty: true,
             hint: d.hint(b),
@@ -557,11 +632,12 @@ impl Engine {
         })
     }
 
-    /// Durably records the mode (persistent engines only).
+    /// Durably records the mode of the engine's volume (persistent engines
+    /// only).
     pub(crate) fn persist_mode(&self, mode: CacheMode) -> Result<()> {
         if let Some(p) = &self.persist {
             if let Some(store) = p.store.lock().as_mut() {
-                store.set_mode(mode)?;
+                store.set_volume_mode(VOLUME, mode)?;
             }
         }
         Ok(())
@@ -614,6 +690,7 @@ impl Engine {
                             .and_then(|e| e.crc)
                     };
                     mapping[c.index()] = Some(Entry {
+                        volume: VOLUME,
                         oblock: o.0,
                         dirty,
                         hint: r.hint(o),
@@ -626,7 +703,7 @@ impl Engine {
             store.set_detached(true)?;
         }
         let identity = identity(&*self.first_volume().backing, &p.backing_path)?;
-        store.mark_clean_shutdown(&mapping, &identity)?;
+        store.mark_clean_shutdown(&mapping, &[(VOLUME, identity)])?;
         Ok(())
     }
 }

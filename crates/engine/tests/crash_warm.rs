@@ -23,10 +23,11 @@ struct Rig {
 fn rig(mode: CacheMode, cache_blocks: u64) -> (Rig, Engine) {
     let rig = Rig {
         backing: Arc::new(CrashDevice::new(BACKING_BLOCKS * BLOCK as u64)),
-        // Metadata (1 MiB journal, 2 superblocks, 2 snapshot blocks for up
-        // to 336 slots) then the slots.
+        // Metadata (1 MiB journal, 2 superblocks, 2 volume-table blocks of
+        // a small cache, 2 snapshot blocks for up to 252 slots) then the
+        // slots.
         cache: Arc::new(CrashDevice::new(
-            (1 << 20) + (4 + cache_blocks) * BLOCK as u64,
+            (1 << 20) + (6 + cache_blocks) * BLOCK as u64,
         )),
         clock: Arc::new(ManualClock::new(Time(1))),
     };

@@ -20,7 +20,8 @@ use std::time::Instant;
 use tiercache_device::{BlockDevice, CountingDevice, FileDevice, MemDevice};
 use tiercache_metadata::codec::{ENTRY_LEN, JOURNAL_RECORDS_PER_BLOCK};
 use tiercache_metadata::{
-    default_journal_bytes, BackingIdentity, Entry, FormatParams, Layout, MetadataStore,
+    default_journal_bytes, BackingIdentity, Entry, FormatParams, Layout, MetadataStore, NewVolume,
+    VolumeId, DEFAULT_MAX_VOLUMES,
 };
 use tiercache_types::CacheMode;
 
@@ -84,7 +85,13 @@ fn params(slots: u64, journal_bytes: Option<u64>) -> FormatParams {
         mode: CacheMode::WriteBack,
         policy: "smq".into(),
         journal_bytes,
-        backing: backing(slots),
+        max_volumes: None,
+        volumes: vec![NewVolume {
+            name: "bench".into(),
+            identity: backing(slots),
+            mode: None,
+            sequential_cutoff: None,
+        }],
     }
 }
 
@@ -92,7 +99,7 @@ fn cache_size(slots: u64, journal_bytes: Option<u64>) -> u64 {
     // Grow until the layout holds `slots` slots.
     let mut size = slots * u64::from(BS);
     loop {
-        let l = Layout::compute(size, BS, journal_bytes).unwrap();
+        let l = Layout::compute(size, BS, DEFAULT_MAX_VOLUMES, journal_bytes).unwrap();
         if u64::from(l.capacity) >= slots {
             return size;
         }
@@ -102,7 +109,7 @@ fn cache_size(slots: u64, journal_bytes: Option<u64>) -> u64 {
 
 fn mem_device(slots: u64, journal_bytes: Option<u64>) -> Arc<CountingDevice<MetaOnly>> {
     let size = cache_size(slots, journal_bytes);
-    let l = Layout::compute(size, BS, journal_bytes).unwrap();
+    let l = Layout::compute(size, BS, DEFAULT_MAX_VOLUMES, journal_bytes).unwrap();
     Arc::new(CountingDevice::new(MetaOnly {
         inner: MemDevice::new(l.data_offset),
         size,
@@ -113,6 +120,7 @@ fn mem_device(slots: u64, journal_bytes: Option<u64>) -> Arc<CountingDevice<Meta
 /// to the slot modulo the capacity.
 fn entry_for(slot: u32, slots: u64, rng: &mut StdRng) -> Option<Entry> {
     Some(Entry {
+        volume: VolumeId(0),
         oblock: u64::from(slot) + slots * rng.gen_range(0..16),
         dirty: rng.gen_bool(0.5),
         hint: rng.gen_range(0..64),
@@ -195,14 +203,15 @@ fn recovery(name: &str, dev: Arc<dyn BlockDevice>, slots: u64) {
     let want = s.mapping();
     drop(s); // crash: no clean shutdown
     let t = Instant::now();
-    let (s, rec) = MetadataStore::open(dev.clone(), &backing(slots)).unwrap();
+    let (s, rec) = MetadataStore::open(dev.clone()).unwrap();
     let unclean = t.elapsed();
     assert_eq!(rec.mapping, want);
     assert_eq!(rec.journal_blocks_replayed, used);
     let fin = s.mapping();
-    s.mark_clean_shutdown(&fin, &backing(slots)).unwrap();
+    s.mark_clean_shutdown(&fin, &[(VolumeId(0), backing(slots))])
+        .unwrap();
     let t = Instant::now();
-    let (mut s, rec2) = MetadataStore::open(dev, &backing(slots)).unwrap();
+    let (mut s, rec2) = MetadataStore::open(dev).unwrap();
     let clean = t.elapsed();
     assert!(rec2.was_clean_shutdown);
     // The stall a commit sees when it triggers a snapshot.

@@ -4,13 +4,15 @@ use crate::codec::{claim_len, content_crc, unpack, Entry, PackedEntry, Superbloc
 use crate::error::{MetadataError, Result};
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 use crate::read::{
-    check_features, choose_superblock, entries_in_block, find_conflicts, read_snapshot,
-    read_superblocks, replay_journal, scan_beyond, Beyond,
+    check_features, choose_superblock, drop_stale, entries_in_block, find_conflicts, read_snapshot,
+    read_superblocks, read_volume_table, replay_journal, scan_beyond, Beyond,
 };
 use crate::store::MetadataStore;
+use crate::volume::{duplicate_names, VolumeSlot, MAX_NAME_LEN};
 use std::fmt;
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
+use tiercache_types::VolumeId;
 
 /// How bad a problem is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -38,6 +40,12 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// The superblock used, if one was valid.
     pub superblock: Option<Superblock>,
+    /// The volume table read (bad blocks read as free records).
+    pub volumes: Vec<VolumeSlot>,
+    /// Entries of volumes that are not attached, or of an earlier
+    /// attachment of their index: the next open drops them (after
+    /// `repair`: the ones it dropped).
+    pub stale_entries: u64,
     /// Mapped slots and dirty slots in the recovered mapping (after repair,
     /// in the repaired one).
     pub entries: u64,
@@ -79,9 +87,11 @@ impl fmt::Display for Report {
         match &self.superblock {
             Some(sb) => writeln!(
                 f,
-                "cache: {} slots of {} bytes, mode {}, generation {}, snapshot {} ({:?}), {} mapped ({} dirty, {} clean with a crc), {} journal blocks replayed",
+                "cache: {} slots of {} bytes, {} of {} volumes attached, default mode {}, generation {}, snapshot {} ({:?}), {} mapped ({} dirty, {} clean with a crc), {} journal blocks replayed",
                 sb.layout.capacity,
                 sb.layout.block_size,
+                self.volumes.iter().filter(|v| v.record().is_some()).count(),
+                sb.layout.max_volumes,
                 sb.mode,
                 sb.generation,
                 sb.snapshot_seq,
@@ -92,6 +102,15 @@ impl fmt::Display for Report {
                 self.journal_blocks_replayed
             )?,
             None => writeln!(f, "cache: no valid superblock")?,
+        }
+        for (i, v) in self.volumes.iter().enumerate() {
+            if let Some(r) = v.record() {
+                writeln!(
+                    f,
+                    "volume {i}: '{}', {} bytes, {:?}, mode {}, generation {}",
+                    r.name, r.size, r.state, r.mode, r.generation
+                )?;
+            }
         }
         if self.problems.is_empty() {
             writeln!(f, "no problems found")?;
@@ -113,6 +132,7 @@ impl fmt::Display for Report {
 struct Scan {
     report: Report,
     sb: Superblock,
+    table: Vec<VolumeSlot>,
     map: Vec<PackedEntry>,
     /// Per slot: sequence of the commit that last set it (0: the snapshot).
     updated: Vec<u64>,
@@ -155,6 +175,31 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
             "last shutdown was not clean (or the cache is in use)",
         );
     }
+
+    let mut bad_table = Vec::new();
+    let table = read_volume_table(
+        dev,
+        &sb,
+        Some(&mut |block, why| bad_table.push((block, why))),
+    )?;
+    for (block, why) in bad_table {
+        report.push(
+            Severity::Error,
+            Some(block),
+            format!(
+                "volume-table block unreadable ({why}): its volumes read as not attached, so \
+                 their cache entries are dropped as stale"
+            ),
+        );
+    }
+    for (name, ids) in duplicate_names(&table) {
+        report.push(
+            Severity::Error,
+            Some(l.volumes_start(sb.volumes_active)),
+            format!("volume name '{name}' is used by several volumes: {ids:?}"),
+        );
+    }
+    report.volumes = table.clone();
 
     let mut bad_blocks = Vec::new();
     let mut map = read_snapshot(
@@ -257,9 +302,26 @@ fn scan(dev: &dyn BlockDevice, writing: bool) -> Result<Scan> {
         );
     }
 
+    let stale = drop_stale(&table, &mut map);
+    report.stale_entries = stale.len() as u64;
+    if !stale.is_empty() {
+        report.push(
+            Severity::Warning,
+            None,
+            format!(
+                "{} cache entries belong to volumes that are not attached, or to an earlier \
+                 attachment of their volume index (first: slot {}): stale, never served; the \
+                 next start drops them",
+                stale.len(),
+                stale[0]
+            ),
+        );
+    }
+
     Ok(Scan {
         report,
         sb,
+        table,
         map,
         updated,
         max_seq,
@@ -304,25 +366,22 @@ fn uncrced_note(scan: &mut Scan) {
 
 fn conflict_problems(scan: &mut Scan) {
     let l = scan.sb.layout;
-    let backing_blocks = scan.sb.backing.size.div_ceil(u64::from(l.block_size));
-    let c = find_conflicts(&scan.map, backing_blocks);
+    let c = find_conflicts(&scan.map, &scan.table, l.block_size);
     let snap_block = |slot: u32| {
         l.area_start(scan.sb.active) + u64::from(slot) / SNAPSHOT_ENTRIES_PER_BLOCK as u64
     };
-    for (oblock, slots) in &c.duplicates {
+    for ((volume, oblock), slots) in &c.duplicates {
         scan.report.push(
             Severity::Error,
             Some(snap_block(slots[0])),
-            format!("origin block {oblock} is mapped by several slots: {slots:?}"),
+            format!("block {oblock} of volume {volume} is mapped by several slots: {slots:?}"),
         );
     }
     for &slot in &c.beyond {
         scan.report.push(
             Severity::Error,
             Some(snap_block(slot)),
-            format!(
-                "slot {slot} maps an origin block beyond the end of the backing device ({backing_blocks} blocks)"
-            ),
+            format!("slot {slot} maps an origin block beyond the end of its volume"),
         );
     }
 }
@@ -406,9 +465,28 @@ pub fn repair_with(dev: Arc<dyn BlockDevice>, options: &CheckOptions) -> Result<
     let mut s = scan(&*dev, true)?;
     conflict_problems(&mut s);
     let l = s.sb.layout;
-    let backing_blocks = s.sb.backing.size.div_ceil(u64::from(l.block_size));
-    let c = find_conflicts(&s.map, backing_blocks);
+    let c = find_conflicts(&s.map, &s.table, l.block_size);
     let mut actions = Vec::new();
+    if s.report.stale_entries > 0 {
+        actions.push(format!(
+            "dropped {} stale entries (volume not attached, or an earlier attachment)",
+            s.report.stale_entries
+        ));
+    }
+    // Names must be unique: later holders of a name are renamed.
+    for (name, ids) in duplicate_names(&s.table) {
+        for id in &ids[1..] {
+            if let VolumeSlot::Used(r) = &mut s.table[id.index()] {
+                let mut new = format!("dup{}-{name}", id.0);
+                new.truncate(MAX_NAME_LEN);
+                actions.push(format!(
+                    "volume {id}: renamed '{name}' (also used by {}) to '{new}'",
+                    ids[0]
+                ));
+                r.name = new;
+            }
+        }
+    }
     for &slot in &c.beyond {
         let e = unpack(s.map[slot as usize]).ok().flatten();
         if let Some(e) = e {
@@ -424,8 +502,8 @@ pub fn repair_with(dev: Arc<dyn BlockDevice>, options: &CheckOptions) -> Result<
         }
         s.map[slot as usize] = FREE_ENTRY;
     }
-    for (oblock, slots) in &c.duplicates {
-        if *oblock >= backing_blocks {
+    for ((volume, oblock), slots) in &c.duplicates {
+        if slots.iter().any(|sl| c.beyond.contains(sl)) {
             continue; // already dropped above
         }
         let dirty: Vec<u32> = slots
@@ -453,13 +531,13 @@ pub fn repair_with(dev: Arc<dyn BlockDevice>, options: &CheckOptions) -> Result<
                         Severity::Error,
                         None,
                         format!(
-                            "origin block {oblock}: slots {dirty:?} are all dirty; kept slot {keep} \
-                             (most recently committed), gave up the dirty data in slot {sl}"
+                            "block {oblock} of volume {volume}: slots {dirty:?} are all dirty; kept \
+                             slot {keep} (most recently committed), gave up the dirty data in slot {sl}"
                         ),
                     );
                 }
                 actions.push(format!(
-                    "origin block {oblock}: dropped {} slot {sl}, kept slot {keep}",
+                    "block {oblock} of volume {volume}: dropped {} slot {sl}, kept slot {keep}",
                     if was_dirty { "DIRTY" } else { "clean" }
                 ));
                 s.map[sl as usize] = FREE_ENTRY;
@@ -489,7 +567,9 @@ pub fn repair_with(dev: Arc<dyn BlockDevice>, options: &CheckOptions) -> Result<
     // New snapshot and both superblock copies, journal epoch past anything
     // seen.
     let next = s.max_seq.max(s.sb.journal_start_seq + l.journal_blocks) + 1;
-    let store = MetadataStore::rewrite_for_repair(dev, s.sb.clone(), s.map.clone(), next)?;
+    let store =
+        MetadataStore::rewrite_for_repair(dev, s.sb.clone(), s.table.clone(), s.map.clone(), next)?;
+    s.report.volumes = s.table.clone();
     actions.push(format!(
         "wrote snapshot {} and superblock generations {} and {}; journal restarts at sequence {next}",
         store.superblock().snapshot_seq,
@@ -545,10 +625,10 @@ const VERIFY_RUN_BYTES: u64 = 4 << 20;
 /// `dev`: for every clean entry with a crc, reads slot `slot` at
 /// `layout.data_offset + slot * block_size` and compares
 /// [`content_crc`] of its first [`claim_len`] bytes (the whole block, or
-/// the part of the backing device's short last block that exists;
-/// `backing_size` is the backing device's size in bytes). Dirty entries
-/// and clean entries without a crc are not read. Adjacent claimed slots
-/// are read together, in slot order.
+/// the part of its volume's short last block that exists; sizes from
+/// `volumes`, the volume table). Dirty entries, clean entries without a
+/// crc and entries of volumes not in `volumes` are not read. Adjacent
+/// claimed slots are read together, in slot order.
 ///
 /// A read error does not stop the verification: the slots of the failed
 /// read are retried one by one, and those that still fail are listed as
@@ -556,60 +636,68 @@ const VERIFY_RUN_BYTES: u64 = 4 << 20;
 pub fn verify_clean_claims(
     dev: &dyn BlockDevice,
     layout: &Layout,
-    backing_size: u64,
+    volumes: &[VolumeSlot],
     mapping: &[Option<Entry>],
 ) -> ClaimVerification {
     verify_claims(
         dev,
         layout,
-        backing_size,
         mapping.iter().enumerate().filter_map(|(slot, e)| {
             let e = e.as_ref()?;
-            Some((slot as u32, e.oblock, e.crc?)).filter(|_| !e.dirty)
+            let size = volume_size(volumes, e.volume)?;
+            Some((slot as u32, e.oblock, e.crc?, size)).filter(|_| !e.dirty)
         }),
     )
 }
 
+fn volume_size(volumes: &[VolumeSlot], v: VolumeId) -> Option<u64> {
+    Some(volumes.get(v.index())?.record()?.size)
+}
+
 /// [`verify_clean_claims`] over the packed mapping.
-fn verify_packed(dev: &dyn BlockDevice, sb: &Superblock, map: &[PackedEntry]) -> ClaimVerification {
+fn verify_packed(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    table: &[VolumeSlot],
+    map: &[PackedEntry],
+) -> ClaimVerification {
     verify_claims(
         dev,
         &sb.layout,
-        sb.backing.size,
         map.iter()
             .enumerate()
             .filter_map(|(slot, &w)| match unpack(w) {
                 Ok(Some(Entry {
+                    volume,
                     oblock,
                     dirty: false,
                     crc: Some(crc),
                     ..
-                })) => Some((slot as u32, oblock, crc)),
+                })) => Some((slot as u32, oblock, crc, volume_size(table, volume)?)),
                 _ => None,
             }),
     )
 }
 
-/// `claims`: (slot, origin block, crc), slots ascending.
+/// `claims`: (slot, origin block, crc, volume size), slots ascending.
 fn verify_claims(
     dev: &dyn BlockDevice,
     layout: &Layout,
-    backing_size: u64,
-    claims: impl Iterator<Item = (u32, u64, u32)>,
+    claims: impl Iterator<Item = (u32, u64, u32, u64)>,
 ) -> ClaimVerification {
     let bs = u64::from(layout.block_size);
     let run_max = (VERIFY_RUN_BYTES / bs).max(1) as usize;
     let mut out = ClaimVerification::default();
     let mut buf = vec![0u8; run_max * bs as usize];
-    let mut run: Vec<(u32, u64, u32)> = Vec::with_capacity(run_max);
-    let mut flush_run = |run: &mut Vec<(u32, u64, u32)>, out: &mut ClaimVerification| {
-        let Some(&(first, _, _)) = run.first() else {
+    let mut run: Vec<(u32, u64, u32, u64)> = Vec::with_capacity(run_max);
+    let mut flush_run = |run: &mut Vec<(u32, u64, u32, u64)>, out: &mut ClaimVerification| {
+        let Some(&(first, _, _, _)) = run.first() else {
             return;
         };
         let len = run.len() * bs as usize;
         let at = |slot: u32| layout.data_offset + u64::from(slot) * bs;
         let whole = dev.read_at(&mut buf[..len], at(first)).is_ok();
-        for (i, &(slot, oblock, crc)) in run.iter().enumerate() {
+        for (i, &(slot, oblock, crc, backing_size)) in run.iter().enumerate() {
             let block = &mut buf[i * bs as usize..(i + 1) * bs as usize];
             if !whole && dev.read_at(block, at(slot)).is_err() {
                 out.unreadable.push(slot);
@@ -627,7 +715,9 @@ fn verify_claims(
         if claim.0 >= layout.capacity {
             continue; // not a slot of this layout: nothing to read
         }
-        let adjacent = run.last().is_some_and(|&(last, _, _)| last + 1 == claim.0);
+        let adjacent = run
+            .last()
+            .is_some_and(|&(last, _, _, _)| last + 1 == claim.0);
         if !adjacent || run.len() == run_max {
             flush_run(&mut run, &mut out);
         }
@@ -639,7 +729,7 @@ fn verify_claims(
 
 /// Reports the verification of the clean claims of `scan`; returns it.
 fn report_claims(dev: &dyn BlockDevice, scan: &mut Scan) -> ClaimVerification {
-    let v = verify_packed(dev, &scan.sb, &scan.map);
+    let v = verify_packed(dev, &scan.sb, &scan.table, &scan.map);
     let list = |slots: &[u32]| {
         let shown: Vec<String> = slots.iter().take(10).map(u32::to_string).collect();
         format!(

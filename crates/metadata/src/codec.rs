@@ -1,16 +1,17 @@
-//! Encoders and decoders for the three metadata block types.
+//! Encoders and decoders for the superblock, snapshot and journal blocks
+//! and the packed entry (the volume table's are in `volume.rs`).
 //!
 //! Every metadata block is [`META_BLOCK`] (4 KiB) long, little-endian, and
 //! starts with the same 48-byte header:
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 0 | 8 | magic: `TIERCACH` (superblock), `TCSNAPSH` (snapshot), `TCJOURNL` (journal) |
+//! | 0 | 8 | magic: `TIERCACH` (superblock), `TCSNAPSH` (snapshot), `TCJOURNL` (journal), `TCVOLUME` (volume table) |
 //! | 8 | 4 | crc32c of the whole block with these 4 bytes taken as zero |
 //! | 12 | 4 | reserved, 0 |
 //! | 16 | 8 | the block's own number on the device, in 4 KiB units |
 //! | 24 | 16 | cache uuid (chosen at format time) |
-//! | 40 | 8 | sequence: superblock generation, snapshot sequence or journal sequence |
+//! | 40 | 8 | sequence: superblock generation, snapshot sequence, journal sequence or volume-table generation |
 //!
 //! Decoders check, in this order, the magic, the crc, the block number and
 //! then the type's own fields; the uuid and sequence are returned for the
@@ -18,13 +19,13 @@
 //! the bytes (a property test and the fuzz targets check this).
 
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
-use tiercache_types::{CacheMode, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use tiercache_types::{CacheMode, VolumeId, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
 
 /// Size of every metadata block, in bytes.
 pub const META_BLOCK: usize = 4096;
 /// Length of the common header.
 pub const HEADER_LEN: usize = 48;
-/// Offset of the payload of snapshot and journal blocks.
+/// Offset of the payload of snapshot, journal and volume-table blocks.
 pub const PAYLOAD_AT: usize = 64;
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"TIERCACH";
@@ -32,7 +33,10 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TCSNAPSH";
 pub const JOURNAL_MAGIC: [u8; 8] = *b"TCJOURNL";
 
 /// The on-disk format version this crate reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The previous format version: recognised and refused with
+/// [`crate::MetadataError::OldFormat`].
+pub const FORMAT_VERSION_2: u32 = 2;
 
 /// Feature bits this version understands (none yet). A superblock with an
 /// unknown `incompat` bit is refused; with an unknown `ro_compat` bit it is
@@ -44,7 +48,7 @@ pub const KNOWN_INCOMPAT: u64 = 0;
 
 /// Length of a journal record: slot u32 then a packed entry.
 pub const RECORD_LEN: usize = 4 + ENTRY_LEN;
-/// Journal records per journal block: `(4096 - 64) / 16` = 252.
+/// Journal records per journal block: `(4096 - 64) / 20` = 201.
 pub const JOURNAL_RECORDS_PER_BLOCK: usize = (META_BLOCK - PAYLOAD_AT) / RECORD_LEN;
 
 /// Largest origin block number an entry can hold (48 bits).
@@ -70,10 +74,9 @@ const SB_FLAG_CLEAN: u8 = 1;
 const SB_FLAG_DETACHED: u8 = 2;
 /// Lengths of the fixed-size string fields of the superblock.
 pub const POLICY_LEN: usize = 32;
-pub const PATH_HINT_LEN: usize = 256;
 
-/// One cache slot's mapping: which origin block it holds, whether the
-/// cache copy is newer than the origin (dirty), and for clean claims a
+/// One cache slot's mapping: which block of which volume it holds, whether
+/// the cache copy is newer than the origin (dirty), and for clean claims a
 /// checksum of the content they vouch for.
 ///
 /// `oblock` and `dirty` are authoritative; `hint` is the replacement
@@ -81,6 +84,11 @@ pub const PATH_HINT_LEN: usize = 256;
 /// saturated to 6 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Entry {
+    /// The backing volume the block belongs to. On disk the entry also
+    /// carries the volume's generation at claim time (filled in by
+    /// `MetadataStore::record`), so that it can never be taken for a block
+    /// of a later attachment of the same volume index.
+    pub volume: VolumeId,
     pub oblock: u64,
     pub dirty: bool,
     pub hint: u8,
@@ -94,23 +102,25 @@ pub struct Entry {
 }
 
 /// Length of a packed entry on disk.
-pub const ENTRY_LEN: usize = 12;
+pub const ENTRY_LEN: usize = 16;
 
 /// The on-disk form of an optional entry: the little-endian entry word
-/// (bytes 0..8) then the little-endian crc (bytes 8..12). See
-/// [`Entry::pack`].
+/// (bytes 0..8), the little-endian crc (bytes 8..12), the volume index
+/// (bytes 12..14) and the volume generation at claim time (bytes 14..16).
+/// See [`Entry::pack`].
 pub type PackedEntry = [u8; ENTRY_LEN];
 
-/// A free slot: 12 zero bytes.
+/// A free slot: 16 zero bytes.
 pub const FREE_ENTRY: PackedEntry = [0; ENTRY_LEN];
 
 impl Entry {
-    /// Packs into the on-disk 12-byte form. The u64 word: origin block in
+    /// Packs into the on-disk 16-byte form. The u64 word: origin block in
     /// bits 0..48, valid bit 48, dirty bit 49, hint in bits 50..56, has-crc
-    /// bit 56, bits 57..64 zero; then the u32 crc (zero without a crc).
+    /// bit 56, bits 57..64 zero; then the u32 crc (zero without a crc),
+    /// the u16 volume index and the u16 volume `generation` (nonzero).
     /// `oblock` above [`MAX_OBLOCK`] is the caller's bug (checked by
     /// `MetadataStore::record`); here it is masked.
-    pub fn pack(self) -> PackedEntry {
+    pub fn pack(self, generation: u16) -> PackedEntry {
         let word = (self.oblock & MAX_OBLOCK)
             | VALID_BIT
             | if self.dirty { DIRTY_BIT } else { 0 }
@@ -118,29 +128,46 @@ impl Entry {
             | if self.crc.is_some() { HAS_CRC_BIT } else { 0 };
         let mut p = FREE_ENTRY;
         p[..8].copy_from_slice(&word.to_le_bytes());
-        p[8..].copy_from_slice(&self.crc.unwrap_or(0).to_le_bytes());
+        p[8..12].copy_from_slice(&self.crc.unwrap_or(0).to_le_bytes());
+        p[12..14].copy_from_slice(&self.volume.0.to_le_bytes());
+        p[14..16].copy_from_slice(&generation.to_le_bytes());
         p
     }
 }
 
-/// Packs an optional entry; `None` (a free slot) is all zeros.
-pub fn pack(entry: Option<Entry>) -> PackedEntry {
-    entry.map_or(FREE_ENTRY, Entry::pack)
+/// Packs an optional entry with its volume's `generation`; `None` (a free
+/// slot) is all zeros.
+pub fn pack(entry: Option<Entry>, generation: u16) -> PackedEntry {
+    entry.map_or(FREE_ENTRY, |e| e.pack(generation))
 }
 
-/// Unpacks a 12-byte entry. A free slot must be all zeros; a non-zero crc
-/// needs the has-crc bit. The spare bits 57..64 of a valid entry are
-/// ignored (reserved for compat features).
+/// The volume generation a packed entry was claimed with (0 for a free
+/// slot).
+pub fn entry_generation(p: &PackedEntry) -> u16 {
+    u16::from_le_bytes([p[14], p[15]])
+}
+
+/// Unpacks a 16-byte entry. A free slot must be all zeros; a non-zero crc
+/// needs the has-crc bit; a valid entry needs a nonzero generation. The
+/// spare bits 57..64 of a valid entry are ignored (reserved for compat
+/// features). The generation is read with [`entry_generation`].
 pub fn unpack(p: PackedEntry) -> Result<Option<Entry>, DecodeError> {
     let word = rd_u64(&p, 0);
     let crc = rd_u32(&p, 8);
+    let volume = u16::from_le_bytes([p[12], p[13]]);
+    let generation = entry_generation(&p);
     if word & VALID_BIT == 0 {
-        if word != 0 || crc != 0 {
+        if word != 0 || crc != 0 || volume != 0 || generation != 0 {
             return Err(DecodeError::Invalid(format!(
-                "free entry with stray bits {word:#018x} / crc {crc:#010x}"
+                "free entry with stray bits {word:#018x} / crc {crc:#010x} / volume {volume} / generation {generation}"
             )));
         }
         return Ok(None);
+    }
+    if generation == 0 {
+        return Err(DecodeError::Invalid(format!(
+            "entry of volume {volume} with volume generation 0"
+        )));
     }
     let has_crc = word & HAS_CRC_BIT != 0;
     if !has_crc && crc != 0 {
@@ -149,6 +176,7 @@ pub fn unpack(p: PackedEntry) -> Result<Option<Entry>, DecodeError> {
         )));
     }
     Ok(Some(Entry {
+        volume: VolumeId(volume),
         oblock: word & MAX_OBLOCK,
         dirty: word & DIRTY_BIT != 0,
         hint: ((word >> HINT_SHIFT) & 0x3f) as u8,
@@ -198,19 +226,19 @@ pub struct Header {
     pub seq: u64,
 }
 
-fn rd_u32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn rd_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
-fn rd_u64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn rd_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 fn rd_entry(b: &[u8], at: usize) -> PackedEntry {
     b[at..at + ENTRY_LEN].try_into().expect("12 bytes")
 }
-fn wr_u32(b: &mut [u8], at: usize, v: u32) {
+pub(crate) fn wr_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
-fn wr_u64(b: &mut [u8], at: usize, v: u64) {
+pub(crate) fn wr_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
@@ -228,7 +256,7 @@ pub fn seal(block: &mut [u8]) {
     wr_u32(block, 8, c);
 }
 
-fn write_header(b: &mut [u8], magic: &[u8; 8], h: &Header) {
+pub(crate) fn write_header(b: &mut [u8], magic: &[u8; 8], h: &Header) {
     b[..8].copy_from_slice(magic);
     wr_u32(b, 8, 0);
     wr_u32(b, 12, 0);
@@ -285,13 +313,13 @@ impl Area {
     }
 }
 
-/// What the backing device looked like, to recognise it again.
+/// What a backing device looked like, to recognise it again.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct BackingIdentity {
     /// Size in bytes.
     pub size: u64,
-    /// Where it was found last time (advisory: paths change; at most 256
-    /// bytes are stored).
+    /// Where it was found last time (advisory: paths change; at most 127
+    /// bytes are stored in a volume record).
     pub path_hint: String,
     /// crc32c of the first and last 64 KiB ([`crate::fingerprint`]), taken
     /// at the last clean shutdown; `None` if unknown.
@@ -309,15 +337,19 @@ pub struct Superblock {
     pub compat: u64,
     pub ro_compat: u64,
     pub incompat: u64,
+    /// The default mode of new volumes.
     pub mode: CacheMode,
     /// Set by a clean shutdown, cleared (durably) by the next open.
     pub clean_shutdown: bool,
-    /// The cache was detached from its backing device (all clean).
+    /// The whole cache was detached from its volumes (all clean).
     pub detached: bool,
     /// The replacement policy's name (for hints), at most 32 bytes.
     pub policy: String,
     pub layout: Layout,
-    pub backing: BackingIdentity,
+    /// Which volume-table copy is authoritative, and its generation (the
+    /// sequence every block of that copy carries).
+    pub volumes_active: Area,
+    pub volumes_generation: u64,
     /// Which area holds the authoritative snapshot, and its sequence.
     pub active: Area,
     pub snapshot_seq: u64,
@@ -326,7 +358,7 @@ pub struct Superblock {
     pub journal_start_seq: u64,
 }
 
-fn mode_code(m: CacheMode) -> u8 {
+pub(crate) fn mode_code(m: CacheMode) -> u8 {
     match m {
         CacheMode::WriteThrough => 0,
         CacheMode::WriteBack => 1,
@@ -335,7 +367,7 @@ fn mode_code(m: CacheMode) -> u8 {
     }
 }
 
-fn mode_from(code: u8) -> Option<CacheMode> {
+pub(crate) fn mode_from(code: u8) -> Option<CacheMode> {
     Some(match code {
         0 => CacheMode::WriteThrough,
         1 => CacheMode::WriteBack,
@@ -387,13 +419,22 @@ const SB_JOURNAL_BLOCKS: usize = 136;
 const SB_SNAP_SEQ: usize = 144;
 const SB_JOURNAL_SEQ: usize = 152;
 const SB_JOURNAL_POS: usize = 160;
-const SB_BACKING_SIZE: usize = 168;
-const SB_FINGERPRINT: usize = 176;
-const SB_FINGERPRINT_VALID: usize = 180;
-const SB_POLICY: usize = 184;
-const SB_PATH: usize = SB_POLICY + POLICY_LEN;
+const SB_VOLUMES_ACTIVE: usize = 87;
+const SB_VOLUMES_A: usize = 168;
+const SB_VOLUMES_B: usize = 176;
+const SB_VOLUME_BLOCKS: usize = 184;
+const SB_MAX_VOLUMES: usize = 192;
+const SB_VOLUMES_GEN: usize = 200;
+const SB_POLICY: usize = 208;
 /// End of the used part of the superblock; the rest is zero.
-pub const SB_END: usize = SB_PATH + PATH_HINT_LEN;
+pub const SB_END: usize = SB_POLICY + POLICY_LEN;
+
+fn area_code(a: Area) -> u8 {
+    match a {
+        Area::A => 0,
+        Area::B => 1,
+    }
+}
 
 /// Encodes `sb` as the block it is written to (`generation % 2`).
 pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
@@ -417,10 +458,13 @@ pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
     b[SB_MODE] = mode_code(sb.mode);
     b[SB_FLAGS] = if sb.clean_shutdown { SB_FLAG_CLEAN } else { 0 }
         | if sb.detached { SB_FLAG_DETACHED } else { 0 };
-    b[SB_ACTIVE] = match sb.active {
-        Area::A => 0,
-        Area::B => 1,
-    };
+    b[SB_ACTIVE] = area_code(sb.active);
+    b[SB_VOLUMES_ACTIVE] = area_code(sb.volumes_active);
+    wr_u64(&mut b, SB_VOLUMES_A, l.volumes_a);
+    wr_u64(&mut b, SB_VOLUMES_B, l.volumes_b);
+    wr_u64(&mut b, SB_VOLUME_BLOCKS, l.volume_blocks);
+    wr_u32(&mut b, SB_MAX_VOLUMES, l.max_volumes);
+    wr_u64(&mut b, SB_VOLUMES_GEN, sb.volumes_generation);
     wr_u64(&mut b, SB_CAPACITY, u64::from(l.capacity));
     wr_u64(&mut b, SB_DATA_OFFSET, l.data_offset);
     wr_u64(&mut b, SB_SNAP_A, l.snapshot_a);
@@ -435,18 +479,7 @@ pub fn encode_superblock(sb: &Superblock) -> Vec<u8> {
         SB_JOURNAL_POS,
         sb.journal_start_seq % l.journal_blocks.max(1),
     );
-    wr_u64(&mut b, SB_BACKING_SIZE, sb.backing.size);
-    wr_u32(&mut b, SB_FINGERPRINT, sb.backing.fingerprint.unwrap_or(0));
-    wr_u32(
-        &mut b,
-        SB_FINGERPRINT_VALID,
-        u32::from(sb.backing.fingerprint.is_some()),
-    );
     put_str(&mut b[SB_POLICY..SB_POLICY + POLICY_LEN], &sb.policy);
-    put_str(
-        &mut b[SB_PATH..SB_PATH + PATH_HINT_LEN],
-        &sb.backing.path_hint,
-    );
     seal(&mut b);
     b
 }
@@ -495,11 +528,36 @@ pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError
         1 => Area::B,
         x => return inv(format!("active snapshot area {x} (expected 0 or 1)")),
     };
+    let volumes_active = match b[SB_VOLUMES_ACTIVE] {
+        0 => Area::A,
+        1 => Area::B,
+        x => return inv(format!("active volume-table copy {x} (expected 0 or 1)")),
+    };
+    let volumes_generation = rd_u64(b, SB_VOLUMES_GEN);
+    if volumes_generation == 0 || volumes_generation >= MAX_SEQ {
+        return inv(format!(
+            "volume-table generation {volumes_generation} out of range"
+        ));
+    }
+    let policy = &b[SB_POLICY..SB_END];
+    let policy_len = policy.iter().position(|&c| c == 0).unwrap_or(POLICY_LEN);
+    if policy[policy_len..].iter().any(|&c| c != 0)
+        || std::str::from_utf8(&policy[..policy_len]).is_err()
+    {
+        return inv("policy name is not zero-padded UTF-8".into());
+    }
+    if rd_u32(b, SB_MAX_VOLUMES + 4) != 0 || b[SB_END..].iter().any(|&c| c != 0) {
+        return inv("stray bytes after the superblock's fields".into());
+    }
     let capacity = rd_u64(b, SB_CAPACITY);
     if capacity == 0 || capacity >= u64::from(u32::MAX) {
         return inv(format!("capacity {capacity} blocks out of range"));
     }
     let layout = Layout {
+        max_volumes: rd_u32(b, SB_MAX_VOLUMES),
+        volumes_a: rd_u64(b, SB_VOLUMES_A),
+        volumes_b: rd_u64(b, SB_VOLUMES_B),
+        volume_blocks: rd_u64(b, SB_VOLUME_BLOCKS),
         block_size: rd_u32(b, SB_BLOCK_SIZE),
         capacity: capacity as u32,
         snapshot_a: rd_u64(b, SB_SNAP_A),
@@ -517,11 +575,6 @@ pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError
             "journal start position {pos} does not match sequence {journal_start_seq}"
         ));
     }
-    let fingerprint = match rd_u32(b, SB_FINGERPRINT_VALID) {
-        0 => None,
-        1 => Some(rd_u32(b, SB_FINGERPRINT)),
-        x => return inv(format!("fingerprint-valid field {x} (expected 0 or 1)")),
-    };
     Ok(Superblock {
         generation: h.seq,
         uuid: h.uuid,
@@ -534,24 +587,21 @@ pub fn decode_superblock(b: &[u8], block: u64) -> Result<Superblock, DecodeError
         detached: flags & SB_FLAG_DETACHED != 0,
         policy: get_str(&b[SB_POLICY..SB_POLICY + POLICY_LEN]),
         layout,
-        backing: BackingIdentity {
-            size: rd_u64(b, SB_BACKING_SIZE),
-            path_hint: get_str(&b[SB_PATH..SB_PATH + PATH_HINT_LEN]),
-            fingerprint,
-        },
+        volumes_active,
+        volumes_generation,
         active,
         snapshot_seq: rd_u64(b, SB_SNAP_SEQ),
         journal_start_seq,
     })
 }
 
-/// A decoded snapshot block: entries `index * 336 ..` of the mapping.
+/// A decoded snapshot block: entries `index * 252 ..` of the mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotBlock {
     pub header: Header,
     /// Position of this block within its area.
     pub index: u32,
-    /// Packed entries (see [`Entry::pack`]), at most 336.
+    /// Packed entries (see [`Entry::pack`]), at most 252.
     pub entries: Vec<PackedEntry>,
 }
 
@@ -711,12 +761,9 @@ mod tests {
             clean_shutdown: true,
             detached: false,
             policy: "smq+hotspot".into(),
-            layout: Layout::compute(64 << 20, 4096, None).unwrap(),
-            backing: BackingIdentity {
-                size: 1 << 30,
-                path_hint: "/dev/sdb".into(),
-                fingerprint: Some(0xdead_beef),
-            },
+            layout: Layout::compute(64 << 20, 4096, 1024, None).unwrap(),
+            volumes_active: Area::A,
+            volumes_generation: 77,
             active: Area::B,
             snapshot_seq: 3,
             journal_start_seq: 12345,
@@ -724,50 +771,65 @@ mod tests {
     }
 
     fn packed(word: u64, crc: u32) -> PackedEntry {
+        packed_v(word, crc, 0, if word == 0 { 0 } else { 1 })
+    }
+
+    fn packed_v(word: u64, crc: u32, volume: u16, generation: u16) -> PackedEntry {
         let mut p = FREE_ENTRY;
         p[..8].copy_from_slice(&word.to_le_bytes());
-        p[8..].copy_from_slice(&crc.to_le_bytes());
+        p[8..12].copy_from_slice(&crc.to_le_bytes());
+        p[12..14].copy_from_slice(&volume.to_le_bytes());
+        p[14..16].copy_from_slice(&generation.to_le_bytes());
         p
     }
 
     #[test]
     fn entry_round_trip_and_layout() {
         let e = Entry {
+            volume: VolumeId(0),
             oblock: MAX_OBLOCK,
             dirty: true,
             hint: 63,
             crc: Some(u32::MAX),
         };
-        assert_eq!(unpack(e.pack()).unwrap(), Some(e));
+        assert_eq!(unpack(e.pack(1)).unwrap(), Some(e));
         // valid, dirty, hint 63 and has-crc: bits 48..57.
-        assert_eq!(e.pack(), packed(MAX_OBLOCK | (0x1ff << 48), u32::MAX));
+        assert_eq!(e.pack(1), packed(MAX_OBLOCK | (0x1ff << 48), u32::MAX));
         assert_eq!(unpack(FREE_ENTRY).unwrap(), None);
-        assert_eq!(pack(None), [0u8; 12]);
+        assert_eq!(pack(None, 0), [0u8; 16]);
+        assert_eq!(pack(None, 9), [0u8; 16], "a free slot has no generation");
         let e = Entry {
+            volume: VolumeId(0),
             oblock: 5,
             dirty: false,
             hint: 200,
             crc: None,
         };
-        assert_eq!(e.pack(), packed(5 | (1 << 48) | (63 << 50), 0));
-        assert_eq!(unpack(e.pack()).unwrap().unwrap().hint, 63);
+        assert_eq!(e.pack(1), packed(5 | (1 << 48) | (63 << 50), 0));
+        assert_eq!(unpack(e.pack(1)).unwrap().unwrap().hint, 63);
         // A clean claim with a crc: has-crc bit 56, crc in bytes 8..12,
         // little-endian.
         let c = Entry {
+            volume: VolumeId(0x0201),
             oblock: 0x0102_0304_0506,
             dirty: false,
             hint: 1,
             crc: Some(0xa1b2_c3d4),
         };
+        // Then the volume (0x0201) and the generation (0xfffe), little-endian.
         assert_eq!(
-            c.pack(),
-            [0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x05, 0x01, 0xd4, 0xc3, 0xb2, 0xa1]
+            c.pack(0xfffe),
+            [
+                0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x05, 0x01, 0xd4, 0xc3, 0xb2, 0xa1, 0x01, 0x02,
+                0xfe, 0xff
+            ]
         );
-        assert_eq!(unpack(c.pack()).unwrap(), Some(c));
+        assert_eq!(unpack(c.pack(0xfffe)).unwrap(), Some(c));
+        assert_eq!(entry_generation(&c.pack(0xfffe)), 0xfffe);
         // A zero crc is a crc, not "no crc".
         let z = Entry { crc: Some(0), ..c };
-        assert_eq!(unpack(z.pack()).unwrap(), Some(z));
-        assert_ne!(z.pack(), Entry { crc: None, ..c }.pack());
+        assert_eq!(unpack(z.pack(3)).unwrap(), Some(z));
+        assert_ne!(z.pack(3), Entry { crc: None, ..c }.pack(3));
 
         assert!(unpack(packed(1, 0)).is_err(), "free entry with stray bits");
         assert!(
@@ -779,10 +841,22 @@ mod tests {
             unpack(packed(5 | (1 << 48), 7)).is_err(),
             "crc without has-crc bit"
         );
+        assert!(
+            unpack(packed_v(0, 0, 1, 0)).is_err(),
+            "free entry with a volume"
+        );
+        assert!(
+            unpack(packed_v(0, 0, 0, 1)).is_err(),
+            "free entry with a generation"
+        );
+        assert!(
+            unpack(packed_v(5 | (1 << 48), 0, 0, 0)).is_err(),
+            "entry with generation 0"
+        );
         // Spare bits 57..64 are ignored.
-        let word = u64::from_le_bytes(c.pack()[..8].try_into().unwrap());
+        let word = u64::from_le_bytes(c.pack(1)[..8].try_into().unwrap());
         assert_eq!(
-            unpack(packed(word | (0x7f << 57), 0xa1b2_c3d4)).unwrap(),
+            unpack(packed_v(word | (0x7f << 57), 0xa1b2_c3d4, 0x0201, 1)).unwrap(),
             Some(c)
         );
     }
@@ -801,19 +875,42 @@ mod tests {
     }
 
     #[test]
-    fn format_version_is_2_and_capacities_follow_the_entry_size() {
-        assert_eq!(FORMAT_VERSION, 2);
-        assert_eq!(SNAPSHOT_ENTRIES_PER_BLOCK, 336);
-        assert_eq!(JOURNAL_RECORDS_PER_BLOCK, 252);
-        // A version-1 superblock is refused as such (its layout is not
-        // even looked at).
-        let mut b = encode_superblock(&sample_sb());
-        wr_u32(&mut b, SB_VERSION, 1);
-        seal(&mut b);
-        assert_eq!(
-            decode_superblock(&b, 1),
-            Err(DecodeError::UnsupportedVersion { found: 1 })
-        );
+    fn format_version_is_3_and_capacities_follow_the_entry_size() {
+        assert_eq!(FORMAT_VERSION, 3);
+        assert_eq!(ENTRY_LEN, 16);
+        assert_eq!(SNAPSHOT_ENTRIES_PER_BLOCK, 252);
+        assert_eq!(JOURNAL_RECORDS_PER_BLOCK, 201);
+        // Version-1 and version-2 superblocks are refused as such (their
+        // layout is not even looked at).
+        for v in [1, 2] {
+            let mut b = encode_superblock(&sample_sb());
+            wr_u32(&mut b, SB_VERSION, v);
+            seal(&mut b);
+            assert_eq!(
+                decode_superblock(&b, 1),
+                Err(DecodeError::UnsupportedVersion { found: v })
+            );
+        }
+    }
+
+    #[test]
+    fn superblock_byte_layout() {
+        let sb = sample_sb();
+        let b = encode_superblock(&sb);
+        let l = sb.layout;
+        assert_eq!(rd_u32(&b, 48), 3);
+        assert_eq!(b[86], 1, "snapshot area B");
+        assert_eq!(b[87], 0, "volume table copy A");
+        assert_eq!(rd_u64(&b, 168), 2);
+        assert_eq!(rd_u64(&b, 176), 2 + 69);
+        assert_eq!(rd_u64(&b, 184), 69);
+        assert_eq!(rd_u32(&b, 192), 1024);
+        assert_eq!(rd_u64(&b, 200), 77);
+        assert_eq!(&b[208..219], b"smq+hotspot");
+        assert_eq!(SB_END, 240);
+        assert!(b[SB_END..].iter().all(|&c| c == 0));
+        assert_eq!(rd_u64(&b, 104), l.snapshot_a);
+        assert_eq!(l.snapshot_a, 2 + 2 * 69);
     }
 
     #[test]
@@ -823,7 +920,7 @@ mod tests {
         assert_eq!(decode_superblock(&b, 1).unwrap(), sb);
         let mut sb2 = sb.clone();
         sb2.generation = 8;
-        sb2.backing.fingerprint = None;
+        sb2.volumes_active = Area::B;
         sb2.active = Area::A;
         sb2.mode = CacheMode::PassThrough;
         sb2.detached = true;
@@ -865,20 +962,53 @@ mod tests {
             Err(DecodeError::WrongLength(100))
         ));
         let mut c = b.clone();
-        wr_u32(&mut c, SB_VERSION, 3);
+        wr_u32(&mut c, SB_VERSION, 4);
         seal(&mut c);
         assert_eq!(
             decode_superblock(&c, 1),
-            Err(DecodeError::UnsupportedVersion { found: 3 })
+            Err(DecodeError::UnsupportedVersion { found: 4 })
         );
-        // A sealed but inconsistent layout.
+        // A sealed but inconsistent layout, volume table fields, or stray
+        // bytes after the fields.
+        for (at, v) in [
+            (SB_SNAP_B, 3u64),
+            (SB_VOLUMES_A, 3),
+            (SB_VOLUMES_B, 70),
+            (SB_VOLUME_BLOCKS, 68),
+            (SB_VOLUMES_GEN, 0),
+            (SB_VOLUMES_GEN, MAX_SEQ),
+            (SB_END, 1),
+            (4088, 1),
+        ] {
+            let mut c = b.clone();
+            wr_u64(&mut c, at, v);
+            seal(&mut c);
+            assert!(
+                matches!(decode_superblock(&c, 1), Err(DecodeError::Invalid(_))),
+                "{at} = {v}"
+            );
+        }
+        for (at, v) in [
+            (SB_MAX_VOLUMES, 0u32),
+            (SB_MAX_VOLUMES, 1036),
+            (SB_MAX_VOLUMES + 4, 1),
+        ] {
+            let mut c = b.clone();
+            wr_u32(&mut c, at, v);
+            seal(&mut c);
+            assert!(decode_superblock(&c, 1).is_err(), "max volumes {v}");
+        }
+        for bad in [&b"ab\0c"[..], &[0xff, 0xfe]] {
+            let mut c = b.clone();
+            c[SB_POLICY..SB_END].fill(0);
+            c[SB_POLICY..SB_POLICY + bad.len()].copy_from_slice(bad);
+            seal(&mut c);
+            assert!(decode_superblock(&c, 1).is_err(), "policy {bad:?}");
+        }
         let mut c = b.clone();
-        wr_u64(&mut c, SB_SNAP_B, 3);
+        c[SB_VOLUMES_ACTIVE] = 2;
         seal(&mut c);
-        assert!(matches!(
-            decode_superblock(&c, 1),
-            Err(DecodeError::Invalid(_))
-        ));
+        assert!(decode_superblock(&c, 1).is_err(), "volume copy 2");
         let mut c = b;
         c[SB_MODE] = 9;
         seal(&mut c);
@@ -891,10 +1021,11 @@ mod tests {
     #[test]
     fn long_strings_are_cut_at_char_boundaries() {
         let mut sb = sample_sb();
-        sb.backing.path_hint = "é".repeat(200);
+        sb.policy = "é".repeat(40);
+        let d = decode_superblock(&encode_superblock(&sb), 1).unwrap();
+        assert_eq!(d.policy, "é".repeat(16));
         sb.policy = "x".repeat(40);
         let d = decode_superblock(&encode_superblock(&sb), 1).unwrap();
-        assert_eq!(d.backing.path_hint, "é".repeat(128));
         assert_eq!(d.policy, "x".repeat(32));
         assert_eq!(stored_str(&sb.policy, POLICY_LEN), d.policy);
     }
@@ -903,12 +1034,16 @@ mod tests {
     fn snapshot_block_round_trip_and_errors() {
         let entries: Vec<PackedEntry> = (0..SNAPSHOT_ENTRIES_PER_BLOCK as u64)
             .map(|i| {
-                pack((i % 3 != 0).then_some(Entry {
-                    oblock: i * 7,
-                    dirty: i % 2 == 0,
-                    hint: (i % 64) as u8,
-                    crc: (i % 4 != 0).then_some((i as u32).wrapping_mul(0x9e37_79b9)),
-                }))
+                pack(
+                    (i % 3 != 0).then_some(Entry {
+                        volume: VolumeId(i as u16 % 5),
+                        oblock: i * 7,
+                        dirty: i % 2 == 0,
+                        hint: (i % 64) as u8,
+                        crc: (i % 4 != 0).then_some((i as u32).wrapping_mul(0x9e37_79b9)),
+                    }),
+                    i as u16 + 1,
+                )
             })
             .collect();
         let mut b = vec![0u8; META_BLOCK];
@@ -934,16 +1069,24 @@ mod tests {
             Err(DecodeError::WrongMagic { .. })
         ));
         let mut c = b.clone();
-        wr_u32(&mut c, 52, 337);
+        wr_u32(&mut c, 52, 253);
         seal(&mut c);
         assert!(decode_snapshot_block(&c, 17).is_err());
-        // The last entry sits at 64 + 335 * 12 = 4084..4096; a crc without
+        // The last entry sits at 64 + 251 * 16 = 4080..4096; a crc without
         // the has-crc bit there, sealed, is refused.
         let mut c = b.clone();
         let last = PAYLOAD_AT + ENTRY_LEN * (SNAPSHOT_ENTRIES_PER_BLOCK - 1);
         assert_eq!(last + ENTRY_LEN, META_BLOCK);
         assert_eq!(&c[last..], &entries[SNAPSHOT_ENTRIES_PER_BLOCK - 1]);
         c[last + 7] &= !1; // clear the has-crc bit (bit 56)
+        seal(&mut c);
+        assert!(matches!(
+            decode_snapshot_block(&c, 17),
+            Err(DecodeError::Invalid(_))
+        ));
+        // A generation of 0 in an entry, sealed, is refused.
+        let mut c = b.clone();
+        c[last + 14..last + 16].fill(0);
         seal(&mut c);
         assert!(matches!(
             decode_snapshot_block(&c, 17),
@@ -967,12 +1110,16 @@ mod tests {
             records: (0..JOURNAL_RECORDS_PER_BLOCK as u32)
                 .map(|i| Record {
                     slot: i * 3,
-                    entry: pack((i % 2 == 0).then_some(Entry {
-                        oblock: u64::from(i) << 20,
-                        dirty: i % 4 == 0,
-                        hint: 1,
-                        crc: (i % 4 == 2).then_some(i.wrapping_mul(0x0101_0101)),
-                    })),
+                    entry: pack(
+                        (i % 2 == 0).then_some(Entry {
+                            volume: VolumeId(i as u16),
+                            oblock: u64::from(i) << 20,
+                            dirty: i % 4 == 0,
+                            hint: 1,
+                            crc: (i % 4 == 2).then_some(i.wrapping_mul(0x0101_0101)),
+                        }),
+                        7,
+                    ),
                 })
                 .collect(),
         };
@@ -997,11 +1144,14 @@ mod tests {
         wr_u32(&mut c, 56, 0);
         seal(&mut c);
         assert!(decode_journal_block(&c, 99).is_err());
-        // Records are 16 bytes: the last one ends at 64 + 252 * 16 = 4096.
+        // Records are 20 bytes: the last one ends at 64 + 201 * 20 = 4084.
         let last = PAYLOAD_AT + RECORD_LEN * (JOURNAL_RECORDS_PER_BLOCK - 1);
-        assert_eq!(last + RECORD_LEN, META_BLOCK);
+        assert_eq!(last + RECORD_LEN, 4084);
         assert_eq!(rd_u32(&b, last), jb.records.last().unwrap().slot);
-        assert_eq!(&b[last + 4..], &jb.records.last().unwrap().entry);
+        assert_eq!(
+            &b[last + 4..last + RECORD_LEN],
+            &jb.records.last().unwrap().entry
+        );
         // A free record with a stray crc, sealed, is refused.
         let mut c = b.clone();
         c[last + 4 + 8] = 1;

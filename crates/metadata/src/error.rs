@@ -23,6 +23,13 @@ pub enum MetadataError {
         supported: u32,
     },
 
+    /// A cache of format version 2 (one backing device per cache, 12-byte
+    /// entries). Version 3 stores a volume number and generation with every
+    /// entry, so more bytes per slot: the metadata regions have other sizes
+    /// and the cache cannot be converted in place. Its data is safe.
+    #[error("{device} uses on-disk format version 2; this build uses version 3 (a cache shared by several volumes, which stores more per block), so it cannot be converted in place. The cached data is safe: run `tiercache upgrade --cache {device} --backing <its backing device>`, which writes the cache's dirty blocks back to the backing device and then re-creates the cache as format 3 with one volume (the clean cached contents are dropped)")]
+    OldFormat { device: String },
+
     /// The superblock sets feature bits this build does not know.
     /// `read_only_ok` is true when only `ro_compat` bits are unknown (a
     /// read-only user such as `check` may go on; a writer may not).
@@ -45,6 +52,10 @@ pub enum MetadataError {
     /// `block` is the 4 KiB metadata block number on the cache device.
     #[error("cache metadata is corrupt: {what} (metadata block {block}); run `check` / `repair`")]
     Corrupt { what: String, block: u64 },
+
+    /// A volume is not attached (or has no record) at that index.
+    #[error("volume {volume} is not attached to this cache")]
+    NotAttached { volume: u16 },
 
     /// A caller passed a value the format cannot hold.
     #[error("invalid argument: {0}")]
@@ -80,9 +91,11 @@ fn version_advice(found: u32, supported: u32) -> &'static str {
 pub enum ErrorKind {
     NotFormatted,
     UnsupportedVersion,
+    OldFormat,
     IncompatibleFeatures,
     WrongBackingDevice,
     Corrupt,
+    NotAttached,
     InvalidArgument,
     Failed,
     Io,
@@ -93,9 +106,11 @@ impl MetadataError {
         match self {
             MetadataError::NotFormatted { .. } => ErrorKind::NotFormatted,
             MetadataError::UnsupportedVersion { .. } => ErrorKind::UnsupportedVersion,
+            MetadataError::OldFormat { .. } => ErrorKind::OldFormat,
             MetadataError::IncompatibleFeatures { .. } => ErrorKind::IncompatibleFeatures,
             MetadataError::WrongBackingDevice { .. } => ErrorKind::WrongBackingDevice,
             MetadataError::Corrupt { .. } => ErrorKind::Corrupt,
+            MetadataError::NotAttached { .. } => ErrorKind::NotAttached,
             MetadataError::InvalidArgument(_) => ErrorKind::InvalidArgument,
             MetadataError::Failed => ErrorKind::Failed,
             MetadataError::Io { .. } => ErrorKind::Io,

@@ -2,9 +2,10 @@
 
 use crate::codec::{valid_block_size, ENTRY_LEN, META_BLOCK};
 use crate::error::{MetadataError, Result};
+use crate::volume::{volume_blocks, MAX_MAX_VOLUMES};
 use tiercache_types::align_up;
 
-/// Packed 12-byte entries per snapshot block: `(4096 - 64) / 12` = 336.
+/// Packed 16-byte entries per snapshot block: `(4096 - 64) / 16` = 252.
 pub const SNAPSHOT_ENTRIES_PER_BLOCK: usize = (META_BLOCK - 64) / ENTRY_LEN;
 
 /// Smallest journal: 1 MiB.
@@ -17,11 +18,18 @@ pub const MIN_JOURNAL_BLOCKS: u64 = 2;
 /// blocks from the start of the device:
 ///
 /// ```text
-/// 0: superblock copy 0 | 1: superblock copy 1 | snapshot A | snapshot B | journal | pad | cache slots ...
-///                                                                                      ^ data_offset
+/// 0: sb copy 0 | 1: sb copy 1 | volume table A | volume table B | snapshot A | snapshot B | journal | pad | slots ...
+///                                                                                                     ^ data_offset
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// Records per volume-table copy (1 to 65535).
+    pub max_volumes: u32,
+    /// First block of volume-table copy A (always 2) and B.
+    pub volumes_a: u64,
+    pub volumes_b: u64,
+    /// Blocks per volume-table copy: `ceil(max_volumes / 15)`.
+    pub volume_blocks: u64,
     /// Cache block size in bytes.
     pub block_size: u32,
     /// Number of cache slots.
@@ -29,7 +37,7 @@ pub struct Layout {
     /// First block of snapshot area A and B.
     pub snapshot_a: u64,
     pub snapshot_b: u64,
-    /// Blocks per snapshot area: `ceil(capacity / 336)`.
+    /// Blocks per snapshot area: `ceil(capacity / 252)`.
     pub snapshot_blocks: u64,
     /// First block of the circular journal and its length in blocks.
     pub journal_first: u64,
@@ -39,10 +47,10 @@ pub struct Layout {
     pub data_offset: u64,
 }
 
-/// Default journal size for `capacity` slots: twice the mapping size (12
+/// Default journal size for `capacity` slots: twice the mapping size (16
 /// bytes per slot), at least 1 MiB.
 ///
-/// Why twice: a snapshot (12 bytes per slot) is written whenever half the
+/// Why twice: a snapshot (16 bytes per slot) is written whenever half the
 /// journal is used, so the snapshot's cost per journal block written is
 /// `mapping_bytes / (journal_bytes / 2)` blocks; at twice the mapping size
 /// that is one extra 4 KiB block per journal block. A journal of 1/64 of the
@@ -53,11 +61,22 @@ pub fn default_journal_bytes(capacity: u64) -> u64 {
 
 impl Layout {
     /// Lays out a cache device of `cache_size` bytes with cache blocks of
-    /// `block_size` bytes and a journal of `journal_bytes` (rounded up to 4
-    /// KiB, at least 2 blocks; `None` for [`default_journal_bytes`]).
-    /// Capacity is every whole block that fits after the metadata, at most
+    /// `block_size` bytes, a volume table of `max_volumes` records (1 to
+    /// 65535) and a journal of `journal_bytes` (rounded up to 4 KiB, at
+    /// least 2 blocks; `None` for [`default_journal_bytes`]). Capacity is
+    /// every whole block that fits after the metadata, at most
     /// `u32::MAX - 1`.
-    pub fn compute(cache_size: u64, block_size: u32, journal_bytes: Option<u64>) -> Result<Layout> {
+    pub fn compute(
+        cache_size: u64,
+        block_size: u32,
+        max_volumes: u32,
+        journal_bytes: Option<u64>,
+    ) -> Result<Layout> {
+        if !(1..=MAX_MAX_VOLUMES).contains(&max_volumes) {
+            return Err(MetadataError::InvalidArgument(format!(
+                "max_volumes {max_volumes} must be from 1 to {MAX_MAX_VOLUMES}"
+            )));
+        }
         if !valid_block_size(block_size) {
             return Err(MetadataError::InvalidArgument(format!(
                 "block size {block_size} is not a power of two from 4 KiB to 1 MiB"
@@ -68,7 +87,7 @@ impl Layout {
         // Shrink until the metadata for `cap` slots leaves room for them,
         // then grow while one more slot still fits (the metadata shrank).
         loop {
-            let l = Self::for_capacity(cap, block_size, journal_bytes);
+            let l = Self::for_capacity(cap, block_size, max_volumes, journal_bytes);
             let fits = cache_size.saturating_sub(l.data_offset) / bs;
             if fits >= cap || cap == 0 {
                 break;
@@ -77,31 +96,44 @@ impl Layout {
         }
         while cap > 0
             && cap < u64::from(u32::MAX) - 1
-            && Self::for_capacity(cap + 1, block_size, journal_bytes).required_device_size()
+            && Self::for_capacity(cap + 1, block_size, max_volumes, journal_bytes)
+                .required_device_size()
                 <= cache_size
         {
             cap += 1;
         }
-        let layout = Self::for_capacity(cap, block_size, journal_bytes);
+        let layout = Self::for_capacity(cap, block_size, max_volumes, journal_bytes);
         if layout.capacity == 0 {
             return Err(MetadataError::InvalidArgument(format!(
                 "a cache device of {cache_size} bytes is too small: the metadata alone \
                  needs {} bytes and no {block_size}-byte cache block would fit",
-                Self::for_capacity(1, block_size, journal_bytes).data_offset
+                Self::for_capacity(1, block_size, max_volumes, journal_bytes).data_offset
             )));
         }
         Ok(layout)
     }
 
-    fn for_capacity(cap: u64, block_size: u32, journal_bytes: Option<u64>) -> Layout {
+    fn for_capacity(
+        cap: u64,
+        block_size: u32,
+        max_volumes: u32,
+        journal_bytes: Option<u64>,
+    ) -> Layout {
+        let vblocks = volume_blocks(max_volumes);
         let snapshot_blocks = cap.div_ceil(SNAPSHOT_ENTRIES_PER_BLOCK as u64).max(1);
         let jbytes = journal_bytes.unwrap_or_else(|| default_journal_bytes(cap));
         let journal_blocks = jbytes.div_ceil(META_BLOCK as u64).max(MIN_JOURNAL_BLOCKS);
-        let snapshot_a = 2;
+        let volumes_a = 2;
+        let volumes_b = volumes_a + vblocks;
+        let snapshot_a = volumes_b + vblocks;
         let snapshot_b = snapshot_a + snapshot_blocks;
         let journal_first = snapshot_b + snapshot_blocks;
         let meta_end = (journal_first + journal_blocks) * META_BLOCK as u64;
         Layout {
+            max_volumes,
+            volumes_a,
+            volumes_b,
+            volume_blocks: vblocks,
             block_size,
             capacity: cap as u32,
             snapshot_a,
@@ -118,6 +150,14 @@ impl Layout {
         match area {
             crate::codec::Area::A => self.snapshot_a,
             crate::codec::Area::B => self.snapshot_b,
+        }
+    }
+
+    /// First block of volume-table copy `copy`.
+    pub fn volumes_start(&self, copy: crate::codec::Area) -> u64 {
+        match copy {
+            crate::codec::Area::A => self.volumes_a,
+            crate::codec::Area::B => self.volumes_b,
         }
     }
 
@@ -152,11 +192,23 @@ impl Layout {
                 self.snapshot_blocks, self.capacity
             ));
         }
-        if self.snapshot_a != 2
+        if !(1..=MAX_MAX_VOLUMES).contains(&self.max_volumes)
+            || self.volume_blocks != volume_blocks(self.max_volumes)
+        {
+            return Err(format!(
+                "volume table of {} blocks for {} volumes",
+                self.volume_blocks, self.max_volumes
+            ));
+        }
+        if self.volumes_a != 2
+            || self.volumes_b != self.volumes_a + self.volume_blocks
+            || self.snapshot_a != self.volumes_b + self.volume_blocks
             || Some(self.snapshot_b) != self.snapshot_a.checked_add(self.snapshot_blocks)
             || Some(self.journal_first) != self.snapshot_b.checked_add(self.snapshot_blocks)
         {
-            return Err("snapshot areas and journal are not laid out back to back".into());
+            return Err(
+                "volume tables, snapshot areas and journal are not laid out back to back".into(),
+            );
         }
         if self.journal_blocks < MIN_JOURNAL_BLOCKS || self.journal_blocks > 1 << 40 {
             return Err(format!("journal of {} blocks", self.journal_blocks));
@@ -185,18 +237,20 @@ mod tests {
 
     #[test]
     fn compute_fills_the_device() {
-        for (size, bs, j) in [
-            (64u64 << 20, 4096u32, None),
-            (4 << 30, 4096, None),
-            (4 << 30, 65536, Some(3 << 20)),
-            (10 << 20, 4096, Some(8192)),
-            ((1 << 20) + 3 * 4096, 4096, Some(4096)),
+        for (size, bs, v, j) in [
+            (64u64 << 20, 4096u32, 1024, None),
+            (4 << 30, 4096, 65535, None),
+            (4 << 30, 65536, 1, Some(3 << 20)),
+            (10 << 20, 4096, 15, Some(8192)),
+            ((1 << 20) + 3 * 4096, 4096, 16, Some(4096)),
         ] {
-            let l = Layout::compute(size, bs, j).unwrap();
+            let l = Layout::compute(size, bs, v, j).unwrap();
             l.validate().unwrap();
+            assert_eq!(l.volume_blocks, u64::from(v).div_ceil(15));
+            assert_eq!(l.snapshot_a, 2 + 2 * l.volume_blocks);
             assert!(l.required_device_size() <= size, "{l:?}");
             // One more block would not fit (or the metadata would grow).
-            let bigger = Layout::for_capacity(u64::from(l.capacity) + 1, bs, j);
+            let bigger = Layout::for_capacity(u64::from(l.capacity) + 1, bs, v, j);
             assert!(bigger.required_device_size() > size, "{l:?}");
             assert_eq!(l.data_offset % u64::from(bs), 0);
         }
@@ -204,19 +258,41 @@ mod tests {
 
     #[test]
     fn default_journal_is_twice_the_mapping() {
-        let l = Layout::compute(4 << 30, 4096, None).unwrap();
+        let l = Layout::compute(4 << 30, 4096, 1024, None).unwrap();
         assert_eq!(
             l.journal_blocks,
-            (u64::from(l.capacity) * 24).div_ceil(4096)
+            (u64::from(l.capacity) * 32).div_ceil(4096)
         );
-        let small = Layout::compute(8 << 20, 4096, None).unwrap();
+        let small = Layout::compute(8 << 20, 4096, 1024, None).unwrap();
         assert_eq!(small.journal_blocks, 256);
     }
 
     #[test]
     fn too_small_and_bad_block_size_are_refused() {
-        assert!(Layout::compute(64 << 10, 4096, None).is_err());
-        assert!(Layout::compute(1 << 30, 3000, None).is_err());
-        assert!(Layout::compute(1 << 30, 2 << 20, None).is_err());
+        assert!(Layout::compute(64 << 10, 4096, 1, None).is_err());
+        assert!(Layout::compute(1 << 30, 3000, 1, None).is_err());
+        assert!(Layout::compute(1 << 30, 2 << 20, 1, None).is_err());
+        assert!(Layout::compute(1 << 30, 4096, 0, None).is_err());
+        assert!(Layout::compute(1 << 30, 4096, 65536, None).is_err());
+        // Every other layout is corruption.
+        let l = Layout::compute(64 << 20, 4096, 100, None).unwrap();
+        for bad in [
+            Layout { volumes_a: 3, ..l },
+            Layout {
+                volume_blocks: 8,
+                ..l
+            },
+            Layout {
+                max_volumes: 0,
+                volume_blocks: 0,
+                ..l
+            },
+            Layout {
+                snapshot_a: l.snapshot_a + 1,
+                ..l
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 }

@@ -4,12 +4,17 @@
 //! reported and reading goes on).
 
 use crate::codec::{
-    decode_journal_block, decode_snapshot_block, decode_superblock, DecodeError, PackedEntry,
-    Record, Superblock, FORMAT_VERSION, FREE_ENTRY, KNOWN_INCOMPAT, KNOWN_RO_COMPAT, META_BLOCK,
+    decode_journal_block, decode_snapshot_block, decode_superblock, entry_generation, unpack,
+    DecodeError, PackedEntry, Record, Superblock, FORMAT_VERSION, FORMAT_VERSION_2, FREE_ENTRY,
+    KNOWN_INCOMPAT, KNOWN_RO_COMPAT, META_BLOCK,
 };
 use crate::error::{MetadataError, Result};
 use crate::layout::SNAPSHOT_ENTRIES_PER_BLOCK;
+use crate::volume::{
+    decode_volume_block, duplicate_names, volumes_in_block, VolumeSlot, VOLUMES_PER_BLOCK,
+};
 use tiercache_device::BlockDevice;
+use tiercache_types::VolumeId;
 
 /// Blocks read or written per IO when streaming a region.
 pub(crate) const CHUNK_BLOCKS: u64 = 256;
@@ -66,13 +71,19 @@ pub(crate) fn read_superblocks(dev: &dyn BlockDevice) -> Result<Copies> {
 /// it came from, and warnings about the other copy.
 ///
 /// A copy of an unsupported version wins over everything (refused with
-/// `UnsupportedVersion`): a newer tiercache has written this device.
+/// `UnsupportedVersion`, or `OldFormat` for version 2): another tiercache
+/// has written this device.
 pub(crate) fn choose_superblock(
     device: &str,
     copies: &Copies,
 ) -> Result<(Superblock, u64, Vec<String>)> {
     for c in copies {
         if let Err(DecodeError::UnsupportedVersion { found }) = c {
+            if *found == FORMAT_VERSION_2 {
+                return Err(MetadataError::OldFormat {
+                    device: device.to_string(),
+                });
+            }
             return Err(MetadataError::UnsupportedVersion {
                 device: device.to_string(),
                 found: *found,
@@ -200,6 +211,99 @@ pub(crate) fn read_snapshot(
         index += n;
     }
     Ok(map)
+}
+
+/// Reads the active volume-table copy of `sb`.
+///
+/// `bad` is `None` for strict reading (the first bad block, or a name used
+/// twice, is a `Corrupt` error). With `Some(f)`, a bad block's records
+/// read as free (last generation 0) and `f(block, why)` is called; names
+/// used twice are left for the caller to report.
+pub(crate) fn read_volume_table(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    mut bad: Option<&mut dyn FnMut(u64, String)>,
+) -> Result<Vec<VolumeSlot>> {
+    let l = &sb.layout;
+    let first = l.volumes_start(sb.volumes_active);
+    let mut table = vec![VolumeSlot::Free { last_generation: 0 }; l.max_volumes as usize];
+    let mut buf = vec![0u8; l.volume_blocks as usize * META_BLOCK];
+    read_blocks(dev, first, &mut buf)?;
+    for (i, b) in buf.chunks(META_BLOCK).enumerate() {
+        let i = i as u64;
+        let block = first + i;
+        let want = volumes_in_block(l.max_volumes, i);
+        let problem = match decode_volume_block(b, block) {
+            Err(e) => Some(e.to_string()),
+            Ok(v) if v.header.uuid != sb.uuid => {
+                Some("block belongs to another cache (uuid differs)".to_string())
+            }
+            Ok(v) if v.header.seq != sb.volumes_generation => Some(format!(
+                "block is from volume-table generation {} but the superblock names generation {}",
+                v.header.seq, sb.volumes_generation
+            )),
+            Ok(v) if u64::from(v.index) != i || v.slots.len() != want => Some(format!(
+                "block says it is volume-table block {} with {} records; expected block {i} with {want}",
+                v.index,
+                v.slots.len()
+            )),
+            Ok(v) => {
+                let at = i as usize * VOLUMES_PER_BLOCK;
+                for (k, slot) in v.slots.into_iter().enumerate() {
+                    table[at + k] = slot;
+                }
+                None
+            }
+        };
+        if let Some(why) = problem {
+            match bad.as_mut() {
+                None => {
+                    return Err(MetadataError::corrupt(
+                        format!("volume table {:?} block {i}: {why}", sb.volumes_active),
+                        block,
+                    ))
+                }
+                Some(f) => f(block, why),
+            }
+        }
+    }
+    if bad.is_none() {
+        if let Some((name, ids)) = duplicate_names(&table).first() {
+            return Err(MetadataError::corrupt(
+                format!("volume name '{name}' is used by volumes {ids:?}"),
+                first,
+            ));
+        }
+    }
+    Ok(table)
+}
+
+/// Whether a packed entry belongs to the current attachment of its volume
+/// (an attached or detaching record with the generation the entry was
+/// claimed with). Free slots are not live.
+pub(crate) fn is_live(table: &[VolumeSlot], w: &PackedEntry) -> bool {
+    match unpack(*w) {
+        Ok(Some(e)) => table
+            .get(e.volume.index())
+            .and_then(VolumeSlot::record)
+            .is_some_and(|r| r.generation == entry_generation(w)),
+        _ => false,
+    }
+}
+
+/// Frees every mapped slot of `map` whose entry is stale (its volume is not
+/// attached, or was attached again since the claim: another generation).
+/// Returns the slots freed. This is the isolation rule: a block recorded
+/// for one attachment of a volume index is never returned for another.
+pub(crate) fn drop_stale(table: &[VolumeSlot], map: &mut [PackedEntry]) -> Vec<u32> {
+    let mut dropped = Vec::new();
+    for (slot, w) in map.iter_mut().enumerate() {
+        if *w != FREE_ENTRY && !is_live(table, w) {
+            *w = FREE_ENTRY;
+            dropped.push(slot as u32);
+        }
+    }
+    dropped
 }
 
 /// What a journal replay found.
@@ -383,23 +487,39 @@ pub(crate) fn scan_beyond(
     Ok((found, max_seq))
 }
 
-/// Origin blocks claimed by more than one slot, and slots whose origin
-/// block lies beyond the backing device (`backing_blocks` blocks).
+/// Blocks of one volume claimed by more than one slot, and slots whose
+/// origin block lies beyond the end of their volume.
 pub(crate) struct Conflicts {
-    /// (origin block, slots claiming it), slots ascending.
-    pub duplicates: Vec<(u64, Vec<u32>)>,
+    /// ((volume, origin block), slots claiming it), slots ascending.
+    pub duplicates: Vec<((VolumeId, u64), Vec<u32>)>,
     pub beyond: Vec<u32>,
 }
 
-pub(crate) fn find_conflicts(map: &[PackedEntry], backing_blocks: u64) -> Conflicts {
-    let mut owned: Vec<(u64, u32)> = Vec::new();
+/// Blocks of each volume of `table`, in cache blocks of `block_size`.
+pub(crate) fn volume_blocks_of(table: &[VolumeSlot], block_size: u32, v: VolumeId) -> u64 {
+    table
+        .get(v.index())
+        .and_then(VolumeSlot::record)
+        .map_or(0, |r| r.size.div_ceil(u64::from(block_size)))
+}
+
+/// Conflicts among the live entries of `map` (stale ones are ignored).
+pub(crate) fn find_conflicts(
+    map: &[PackedEntry],
+    table: &[VolumeSlot],
+    block_size: u32,
+) -> Conflicts {
+    let mut owned: Vec<((VolumeId, u64), u32)> = Vec::new();
     let mut beyond = Vec::new();
     for (slot, &w) in map.iter().enumerate() {
-        if let Ok(Some(e)) = crate::codec::unpack(w) {
-            if e.oblock >= backing_blocks {
+        if !is_live(table, &w) {
+            continue;
+        }
+        if let Ok(Some(e)) = unpack(w) {
+            if e.oblock >= volume_blocks_of(table, block_size, e.volume) {
                 beyond.push(slot as u32);
             }
-            owned.push((e.oblock, slot as u32));
+            owned.push(((e.volume, e.oblock), slot as u32));
         }
     }
     owned.sort_unstable();

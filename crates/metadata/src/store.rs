@@ -1,5 +1,5 @@
 //! The metadata store: format, open (with crash recovery), journal commits,
-//! snapshots, clean shutdown.
+//! snapshots, the volume table, clean shutdown.
 
 use crate::codec::{
     encode_journal_block, encode_snapshot_block, encode_superblock, pack, unpack, Area,
@@ -9,12 +9,17 @@ use crate::codec::{
 use crate::error::{MetadataError, Result};
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
 use crate::read::{
-    check_features, choose_superblock, entries_in_block, find_conflicts, flush, read_snapshot,
-    read_superblocks, replay_journal, scan_beyond, write_blocks, CHUNK_BLOCKS,
+    check_features, choose_superblock, drop_stale, entries_in_block, find_conflicts, flush,
+    read_snapshot, read_superblocks, read_volume_table, replay_journal, scan_beyond,
+    volume_blocks_of, write_blocks, CHUNK_BLOCKS,
+};
+use crate::volume::{
+    encode_volume_block, stored_path_hint, validate_name, volumes_in_block, NewVolume,
+    VolumeRecord, VolumeSlot, VolumeState, DEFAULT_MAX_VOLUMES, VOLUMES_PER_BLOCK,
 };
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
-use tiercache_types::CacheMode;
+use tiercache_types::{CacheMode, VolumeId};
 
 /// The mapping table: entry `i` describes cache slot `i`.
 pub type Mapping = Vec<Option<Entry>>;
@@ -24,21 +29,31 @@ pub type Mapping = Vec<Option<Entry>>;
 pub struct FormatParams {
     /// Cache block size in bytes (power of two, 4 KiB to 1 MiB).
     pub block_size: u32,
+    /// The default mode of new volumes.
     pub mode: CacheMode,
     /// Replacement policy name, so saved hints are used only by the policy
     /// that wrote them (at most 32 bytes stored).
     pub policy: String,
     /// Journal size in bytes; `None` for [`crate::default_journal_bytes`].
     pub journal_bytes: Option<u64>,
-    /// The backing device this cache is for.
-    pub backing: BackingIdentity,
+    /// Records in the volume table (1 to 65535); `None` for 1024.
+    pub max_volumes: Option<u32>,
+    /// Volumes attached at format time, as indices 0, 1, ...
+    pub volumes: Vec<NewVolume>,
 }
 
 /// What `open` found.
 #[derive(Clone, Debug)]
 pub struct Recovered {
-    /// The mapping as of the last durable commit, snapshot or clean shutdown.
+    /// The mapping as of the last durable commit, snapshot or clean
+    /// shutdown, stale entries removed: every entry belongs to the current
+    /// attachment of an attached (or detaching) volume.
     pub mapping: Mapping,
+    /// The volume table, indexed by `VolumeId`.
+    pub volumes: Vec<VolumeSlot>,
+    /// Entries dropped because their volume is not attached or was attached
+    /// again since they were recorded (another generation).
+    pub stale_entries: u64,
     /// The previous user shut down cleanly (`mark_clean_shutdown`). When
     /// false, the mapping and dirty bits are still exact (the journal makes
     /// every commit durable); only hints written since the last commit and
@@ -53,9 +68,23 @@ pub struct Recovered {
     /// acknowledged), ignored.
     pub torn_commit_blocks_ignored: u64,
     /// Things a user may want to know that did not stop the open (a damaged
-    /// superblock copy, a changed backing device fingerprint after an
-    /// unclean shutdown).
+    /// superblock copy, stale entries dropped).
     pub warnings: Vec<String>,
+}
+
+impl Recovered {
+    /// The record of volume `id`, if attached (or detaching).
+    pub fn volume(&self, id: VolumeId) -> Option<&VolumeRecord> {
+        self.volumes.get(id.index()).and_then(VolumeSlot::record)
+    }
+
+    /// Checks that `found` is the backing device of volume `id` (see
+    /// [`VolumeRecord::check_backing`]); returns a warning to show, if any.
+    pub fn check_backing(&self, id: VolumeId, found: &BackingIdentity) -> Result<Option<String>> {
+        self.volume(id)
+            .ok_or(MetadataError::NotAttached { volume: id.0 })?
+            .check_backing(found, self.was_clean_shutdown)
+    }
 }
 
 /// What one commit wrote.
@@ -79,13 +108,17 @@ pub struct MetadataStats {
     pub snapshots_written: u64,
     pub snapshot_blocks_written: u64,
     pub superblocks_written: u64,
+    pub volume_blocks_written: u64,
     pub flushes: u64,
 }
 
 impl MetadataStats {
     /// Every metadata byte written.
     pub fn bytes_written(&self) -> u64 {
-        (self.journal_blocks_written + self.snapshot_blocks_written + self.superblocks_written)
+        (self.journal_blocks_written
+            + self.snapshot_blocks_written
+            + self.superblocks_written
+            + self.volume_blocks_written)
             * META_BLOCK as u64
     }
 }
@@ -104,10 +137,11 @@ pub struct MetadataStore {
     dev: Arc<dyn BlockDevice>,
     sb: Superblock,
     map: Vec<PackedEntry>,
+    /// The volume table as last written.
+    table: Vec<VolumeSlot>,
     pending: Vec<Record>,
     /// Sequence of the next journal block to write.
     next_seq: u64,
-    backing_blocks: u64,
     stats: MetadataStats,
     failed: bool,
 }
@@ -130,16 +164,48 @@ fn backing_blocks(size: u64, block_size: u32) -> u64 {
     size.div_ceil(u64::from(block_size))
 }
 
-fn describe_backing(b: &BackingIdentity) -> String {
-    let path = if b.path_hint.is_empty() {
-        "(path unknown)".to_string()
-    } else {
-        format!("'{}'", b.path_hint)
-    };
-    match b.fingerprint {
-        Some(f) => format!("{path} of {} bytes, fingerprint {f:08x}", b.size),
-        None => format!("{path} of {} bytes", b.size),
+/// Checks a volume to attach against `table`; returns its record (with
+/// the next generation of index `id`).
+fn new_record(
+    table: &[VolumeSlot],
+    id: usize,
+    v: &NewVolume,
+    default_mode: CacheMode,
+    block_size: u32,
+) -> Result<VolumeRecord> {
+    validate_name(&v.name)?;
+    if let Some(i) = table
+        .iter()
+        .position(|s| s.record().is_some_and(|r| r.name == v.name))
+    {
+        return Err(MetadataError::InvalidArgument(format!(
+            "a volume named '{}' is already attached (volume {i})",
+            v.name
+        )));
     }
+    if v.identity.size == 0 {
+        return Err(MetadataError::InvalidArgument(format!(
+            "volume '{}': backing device size is 0",
+            v.name
+        )));
+    }
+    if backing_blocks(v.identity.size, block_size) > MAX_OBLOCK + 1 {
+        return Err(MetadataError::InvalidArgument(format!(
+            "volume '{}': backing device of {} bytes has more than 2^48 blocks",
+            v.name, v.identity.size
+        )));
+    }
+    Ok(VolumeRecord {
+        generation: table[id].next_generation(),
+        state: VolumeState::Attached,
+        uuid: rand::random(),
+        name: v.name.clone(),
+        size: v.identity.size,
+        fingerprint: v.identity.fingerprint,
+        mode: v.mode.unwrap_or(default_mode),
+        sequential_cutoff: v.sequential_cutoff,
+        path_hint: stored_path_hint(&v.identity.path_hint),
+    })
 }
 
 /// crc32c of the first and the last 64 KiB of `dev` (the whole device
@@ -181,17 +247,22 @@ impl MetadataStore {
                 dev.alignment()
             )));
         }
-        let layout = Layout::compute(dev.size(), params.block_size, params.journal_bytes)?;
-        if backing_blocks(params.backing.size, params.block_size) > MAX_OBLOCK + 1 {
+        let layout = Layout::compute(
+            dev.size(),
+            params.block_size,
+            params.max_volumes.unwrap_or(DEFAULT_MAX_VOLUMES),
+            params.journal_bytes,
+        )?;
+        if params.volumes.len() > layout.max_volumes as usize {
             return Err(MetadataError::InvalidArgument(format!(
-                "backing device of {} bytes has more than 2^48 blocks",
-                params.backing.size
+                "{} volumes do not fit in a volume table of {}",
+                params.volumes.len(),
+                layout.max_volumes
             )));
         }
-        if params.backing.size == 0 {
-            return Err(MetadataError::InvalidArgument(
-                "backing device size is 0".into(),
-            ));
+        let mut table = vec![VolumeSlot::Free { last_generation: 0 }; layout.max_volumes as usize];
+        for (i, v) in params.volumes.iter().enumerate() {
+            table[i] = VolumeSlot::Used(new_record(&table, i, v, params.mode, params.block_size)?);
         }
         let uuid: [u8; 16] = rand::random();
         let sb = Superblock {
@@ -206,14 +277,15 @@ impl MetadataStore {
             detached: false,
             policy: params.policy.clone(),
             layout,
-            backing: params.backing.clone(),
+            volumes_active: Area::B,
+            volumes_generation: 1,
             active: Area::B,
             snapshot_seq: 0,
             journal_start_seq: 1,
         };
         let mut store = MetadataStore {
-            backing_blocks: backing_blocks(params.backing.size, params.block_size),
             map: vec![FREE_ENTRY; layout.capacity as usize],
+            table: table.clone(),
             pending: Vec::new(),
             next_seq: 1,
             stats: MetadataStats::default(),
@@ -224,22 +296,26 @@ impl MetadataStore {
         let r = (|| {
             write_blocks(&*store.dev, 0, &[0u8; 2 * META_BLOCK])?;
             store.flush()?;
-            // Snapshot 1 into area A with superblock generation 1 (block
-            // 1), then generation 2 into block 0 so both copies are valid.
-            store.write_snapshot(|_| {})?;
+            // Snapshot 1 into area A and volume table generation 2 into
+            // copy A with superblock generation 1 (block 1), then
+            // generation 2 into block 0 so both copies are valid.
+            store.write_state(true, Some(table), |_| {})?;
             let sb = store.sb.clone();
             store.write_superblock(sb)
         })();
         r.map(|()| store)
     }
 
-    /// Opens a formatted cache device, recovering the mapping.
+    /// Opens a formatted cache device, recovering the volume table and the
+    /// mapping.
     ///
-    /// `expected` identifies the backing device the caller is about to use:
-    /// its size must match; its fingerprint (if both are known) must match
-    /// when the cache was shut down cleanly (after an unclean shutdown
-    /// writeback may have changed the backing device, so a mismatch is only
-    /// a warning). The path hint is advisory and only updated.
+    /// Entries whose volume is not attached, or whose volume generation
+    /// differs from the volume's current one (the index was detached and
+    /// attached again), are stale: dropped, counted in
+    /// [`Recovered::stale_entries`], never returned.
+    ///
+    /// A caller about to use backing devices checks them with
+    /// [`MetadataStore::open_with`] (before anything is written).
     ///
     /// Before returning, `open` makes the on-disk state "in use": after a
     /// clean shutdown it clears the flag (so a later crash is seen as
@@ -247,9 +323,20 @@ impl MetadataStore {
     /// new snapshot and starts a new journal epoch past every sequence the
     /// crashed run could have written, so leftovers of a torn commit can
     /// never be mistaken for new commits.
-    pub fn open(
+    pub fn open(dev: Arc<dyn BlockDevice>) -> Result<(MetadataStore, Recovered)> {
+        Self::open_with(dev, &[])
+    }
+
+    /// [`MetadataStore::open`], checking first that each `(volume,
+    /// identity)` of `backing` is attached and matches its record
+    /// ([`VolumeRecord::check_backing`]: the size must match; a differing
+    /// fingerprint is refused after a clean shutdown and a warning after an
+    /// unclean one). The checks are made before `open` writes anything, so
+    /// a refused open leaves the device as it was (a clean shutdown stays
+    /// recorded as clean).
+    pub fn open_with(
         dev: Arc<dyn BlockDevice>,
-        expected: &BackingIdentity,
+        backing: &[(VolumeId, BackingIdentity)],
     ) -> Result<(MetadataStore, Recovered)> {
         let device = dev.describe();
         let copies = read_superblocks(&*dev)?;
@@ -266,28 +353,13 @@ impl MetadataStore {
                 0,
             ));
         }
-        if expected.size != sb.backing.size {
-            return Err(MetadataError::WrongBackingDevice {
-                expected: describe_backing(&sb.backing),
-                found: describe_backing(expected),
-            });
-        }
-        if let (Some(want), Some(got)) = (sb.backing.fingerprint, expected.fingerprint) {
-            if want != got {
-                if sb.clean_shutdown {
-                    return Err(MetadataError::WrongBackingDevice {
-                        expected: describe_backing(&sb.backing),
-                        found: format!(
-                            "{} (same size, but its first and last 64 KiB differ from those seen at the last clean shutdown)",
-                            describe_backing(expected)
-                        ),
-                    });
-                }
-                warnings.push(format!(
-                    "backing device fingerprint {got:08x} differs from {want:08x} recorded at the \
-                     last clean shutdown; expected after an unclean shutdown with writeback, \
-                     otherwise check that this is the right backing device"
-                ));
+        let table = read_volume_table(&*dev, &sb, None)?;
+        for (id, found) in backing {
+            let Some(r) = table.get(id.index()).and_then(VolumeSlot::record) else {
+                return Err(MetadataError::NotAttached { volume: id.0 });
+            };
+            if let Some(w) = r.check_backing(found, sb.clean_shutdown)? {
+                warnings.push(w);
             }
         }
         let mut map = read_snapshot(&*dev, &sb, None)?;
@@ -315,12 +387,18 @@ impl MetadataStore {
                 ));
             }
         }
-        let bblocks = backing_blocks(sb.backing.size, l.block_size);
-        let conflicts = find_conflicts(&map, bblocks);
-        if let Some((oblock, slots)) = conflicts.duplicates.first() {
+        let stale = drop_stale(&table, &mut map).len() as u64;
+        if stale > 0 {
+            warnings.push(format!(
+                "{stale} cache entries belong to volumes that are no longer attached (or were \
+                 attached again since); dropped as stale"
+            ));
+        }
+        let conflicts = find_conflicts(&map, &table, l.block_size);
+        if let Some(((volume, oblock), slots)) = conflicts.duplicates.first() {
             return Err(MetadataError::corrupt(
                 format!(
-                    "origin block {oblock} is mapped by slots {slots:?} ({} such conflicts)",
+                    "block {oblock} of volume {volume} is mapped by slots {slots:?} ({} such conflicts)",
                     conflicts.duplicates.len()
                 ),
                 l.area_start(sb.active) + u64::from(slots[1]) / SNAPSHOT_ENTRIES_PER_BLOCK as u64,
@@ -329,8 +407,7 @@ impl MetadataStore {
         if let Some(&slot) = conflicts.beyond.first() {
             return Err(MetadataError::corrupt(
                 format!(
-                    "slot {slot} maps an origin block beyond the end of the {}-byte backing device ({} such slots)",
-                    sb.backing.size,
+                    "slot {slot} maps an origin block beyond the end of its volume ({} such slots)",
                     conflicts.beyond.len()
                 ),
                 l.area_start(sb.active) + u64::from(slot) / SNAPSHOT_ENTRIES_PER_BLOCK as u64,
@@ -341,20 +418,14 @@ impl MetadataStore {
             dev,
             sb: sb.clone(),
             map,
+            table: table.clone(),
             pending: Vec::new(),
             next_seq: sb.journal_start_seq,
-            backing_blocks: bblocks,
             stats: MetadataStats::default(),
             failed: false,
         };
-        let path = expected.path_hint.clone();
-        let set_in_use = move |s: &mut Superblock| {
-            s.clean_shutdown = false;
-            if !path.is_empty() {
-                s.backing.path_hint = path;
-            }
-        };
-        if was_clean && replay.blocks == 0 && replay.discarded == 0 {
+        let set_in_use = |s: &mut Superblock| s.clean_shutdown = false;
+        if was_clean && replay.blocks == 0 && replay.discarded == 0 && stale == 0 {
             let mut new = store.sb.clone();
             set_in_use(&mut new);
             store.write_superblock(new)?;
@@ -369,6 +440,8 @@ impl MetadataStore {
             store,
             Recovered {
                 mapping,
+                volumes: table,
+                stale_entries: stale,
                 was_clean_shutdown: was_clean,
                 superblock: sb,
                 journal_blocks_replayed: replay.blocks,
@@ -381,35 +454,44 @@ impl MetadataStore {
 
     /// Buffers "slot `slot` now holds `entry`" (`None`: the slot is free)
     /// for the next `commit`. Later records for a slot override earlier
-    /// ones. Hints above 63 saturate.
+    /// ones. Hints above 63 saturate. The entry is stored with its volume's
+    /// current generation; a volume that is not attached (or detaching) is
+    /// refused with [`MetadataError::NotAttached`].
     pub fn record(&mut self, slot: u32, entry: Option<Entry>) -> Result<()> {
         if self.failed {
             return Err(MetadataError::Failed);
         }
-        self.validate_entry(slot, entry)?;
+        let generation = self.validate_entry(slot, entry)?;
         self.pending.push(Record {
             slot,
-            entry: pack(entry),
+            entry: pack(entry, generation),
         });
         Ok(())
     }
 
-    fn validate_entry(&self, slot: u32, entry: Option<Entry>) -> Result<()> {
+    /// Checks a record; returns the generation to store it with (0 for a
+    /// free slot).
+    fn validate_entry(&self, slot: u32, entry: Option<Entry>) -> Result<u16> {
         if slot >= self.sb.layout.capacity {
             return Err(MetadataError::InvalidArgument(format!(
                 "slot {slot} is beyond the cache's {} slots",
                 self.sb.layout.capacity
             )));
         }
-        if let Some(e) = entry {
-            if e.oblock >= self.backing_blocks {
-                return Err(MetadataError::InvalidArgument(format!(
-                    "origin block {} is beyond the backing device's {} blocks",
-                    e.oblock, self.backing_blocks
-                )));
-            }
+        let Some(e) = entry else {
+            return Ok(0);
+        };
+        let Some(r) = self.volume(e.volume) else {
+            return Err(MetadataError::NotAttached { volume: e.volume.0 });
+        };
+        let blocks = volume_blocks_of(&self.table, self.sb.layout.block_size, e.volume);
+        if e.oblock >= blocks {
+            return Err(MetadataError::InvalidArgument(format!(
+                "origin block {} is beyond the {} blocks of volume '{}'",
+                e.oblock, blocks, r.name
+            )));
         }
-        Ok(())
+        Ok(r.generation)
     }
 
     /// Number of records buffered since the last commit.
@@ -499,14 +581,17 @@ impl MetadataStore {
     }
 
     /// Writes `mapping` (the engine's final, complete mapping, hints
-    /// included) as a snapshot, records `backing` (with the fingerprint
-    /// taken now) and sets the clean-shutdown flag. Buffered records are
-    /// dropped: `mapping` supersedes them. Contract: all cache data is
-    /// flushed and no IO will follow. Consumes the store.
+    /// included) as a snapshot, records for each volume of `backing` its
+    /// identity (fingerprint taken now; path hint when not empty; the size
+    /// must match) in the volume table, and sets the clean-shutdown flag.
+    /// Volumes not listed keep their record but lose their fingerprint
+    /// (unknown). Buffered records are dropped: `mapping` supersedes them.
+    /// Contract: all cache data is flushed and no IO will follow. Consumes
+    /// the store.
     pub fn mark_clean_shutdown(
         mut self,
         mapping: &[Option<Entry>],
-        backing: &BackingIdentity,
+        backing: &[(VolumeId, BackingIdentity)],
     ) -> Result<()> {
         if self.failed {
             return Err(MetadataError::Failed);
@@ -518,27 +603,143 @@ impl MetadataStore {
                 self.map.len()
             )));
         }
-        if backing.size != self.sb.backing.size {
-            return Err(MetadataError::InvalidArgument(format!(
-                "backing device size {} differs from the cache's {}",
-                backing.size, self.sb.backing.size
-            )));
+        let mut table = self.table.clone();
+        for slot in table.iter_mut() {
+            if let VolumeSlot::Used(r) = slot {
+                r.fingerprint = None;
+            }
         }
+        for (id, b) in backing {
+            let Some(VolumeSlot::Used(r)) = table.get_mut(id.index()) else {
+                return Err(MetadataError::NotAttached { volume: id.0 });
+            };
+            if b.size != r.size {
+                return Err(MetadataError::InvalidArgument(format!(
+                    "backing device size {} differs from the {} bytes of volume '{}'",
+                    b.size, r.size, r.name
+                )));
+            }
+            r.fingerprint = b.fingerprint;
+            if !b.path_hint.is_empty() {
+                r.path_hint = stored_path_hint(&b.path_hint);
+            }
+        }
+        let mut packed = Vec::with_capacity(mapping.len());
         for (slot, e) in mapping.iter().enumerate() {
-            self.validate_entry(slot as u32, *e)?;
+            packed.push(pack(*e, self.validate_entry(slot as u32, *e)?));
         }
         self.pending.clear();
-        for (w, e) in self.map.iter_mut().zip(mapping) {
-            *w = pack(*e);
+        self.map = packed;
+        self.write_state(true, Some(table), |s| s.clean_shutdown = true)
+    }
+
+    /// The volume table, indexed by `VolumeId`.
+    pub fn volume_table(&self) -> &[VolumeSlot] {
+        &self.table
+    }
+
+    /// The attached (and detaching) volumes.
+    pub fn volumes(&self) -> Vec<(VolumeId, &VolumeRecord)> {
+        self.table
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((VolumeId(i as u16), s.record()?)))
+            .collect()
+    }
+
+    /// The record of volume `id`, if attached (or detaching).
+    pub fn volume(&self, id: VolumeId) -> Option<&VolumeRecord> {
+        self.table.get(id.index()).and_then(VolumeSlot::record)
+    }
+
+    /// Durably attaches a volume at the lowest free index, with that
+    /// index's next generation. Refuses an invalid or duplicate name, a
+    /// size of 0 and a full table.
+    pub fn attach(&mut self, volume: &NewVolume) -> Result<VolumeId> {
+        if self.failed {
+            return Err(MetadataError::Failed);
         }
-        let backing = backing.clone();
-        self.write_snapshot(move |s| {
-            s.clean_shutdown = true;
-            if !backing.path_hint.is_empty() {
-                s.backing.path_hint = backing.path_hint;
+        let Some(id) = self.table.iter().position(|s| s.record().is_none()) else {
+            return Err(MetadataError::InvalidArgument(format!(
+                "the volume table is full ({} volumes); format the cache with a larger max_volumes",
+                self.table.len()
+            )));
+        };
+        let r = new_record(
+            &self.table,
+            id,
+            volume,
+            self.sb.mode,
+            self.sb.layout.block_size,
+        )?;
+        self.edit_table(|t| t[id] = VolumeSlot::Used(r))?;
+        Ok(VolumeId(id as u16))
+    }
+
+    /// Durably sets the cache mode of volume `id`.
+    pub fn set_volume_mode(&mut self, id: VolumeId, mode: CacheMode) -> Result<()> {
+        self.edit_record(id, |r| r.mode = mode)
+    }
+
+    /// Durably sets the sequential cutoff of volume `id`.
+    pub fn set_volume_cutoff(&mut self, id: VolumeId, cutoff: Option<u64>) -> Result<()> {
+        self.edit_record(id, |r| r.sequential_cutoff = cutoff)
+    }
+
+    /// Durably sets the state of volume `id` (`Detaching`: its dirty
+    /// blocks are being written back; its entries stay valid).
+    pub fn set_volume_state(&mut self, id: VolumeId, state: VolumeState) -> Result<()> {
+        self.edit_record(id, |r| r.state = state)
+    }
+
+    /// Durably detaches volume `id`: its index becomes free (keeping its
+    /// generation, so a later attach gets a new one). Refuses while any
+    /// committed or buffered entry maps the volume: the caller writes its
+    /// dirty blocks back and frees (and commits) its slots first.
+    pub fn detach(&mut self, id: VolumeId) -> Result<()> {
+        let Some(r) = self.volume(id) else {
+            return Err(MetadataError::NotAttached { volume: id.0 });
+        };
+        let generation = r.generation;
+        let of_volume = |w: &PackedEntry| matches!(unpack(*w), Ok(Some(e)) if e.volume == id);
+        let committed = self.map.iter().filter(|w| of_volume(w)).count();
+        let pending = self.pending.iter().filter(|r| of_volume(&r.entry)).count();
+        if committed + pending > 0 {
+            return Err(MetadataError::InvalidArgument(format!(
+                "cannot detach volume '{}': {committed} committed and {pending} buffered \
+                 entries still map it; write its dirty blocks back, free its slots and commit \
+                 first",
+                r.name
+            )));
+        }
+        self.edit_table(|t| {
+            t[id.index()] = VolumeSlot::Free {
+                last_generation: generation,
             }
-            s.backing.fingerprint = backing.fingerprint;
         })
+    }
+
+    fn edit_record(&mut self, id: VolumeId, f: impl FnOnce(&mut VolumeRecord)) -> Result<()> {
+        if self.volume(id).is_none() {
+            return Err(MetadataError::NotAttached { volume: id.0 });
+        }
+        self.edit_table(|t| {
+            if let VolumeSlot::Used(r) = &mut t[id.index()] {
+                f(r)
+            }
+        })
+    }
+
+    /// Writes the edited table into the inactive copy, flushes, then a
+    /// superblock naming it, flushes.
+    fn edit_table(&mut self, f: impl FnOnce(&mut Vec<VolumeSlot>)) -> Result<()> {
+        if self.failed {
+            return Err(MetadataError::Failed);
+        }
+        let mut table = self.table.clone();
+        f(&mut table);
+        let r = self.write_state(false, Some(table), |_| {});
+        self.poison_on_io(r)
     }
 
     /// Durably records that the cache is (or is no longer) detached from
@@ -547,7 +748,7 @@ impl MetadataStore {
         self.edit_superblock(|s| s.detached = detached)
     }
 
-    /// Durably records the cache mode.
+    /// Durably records the default mode of new volumes.
     pub fn set_mode(&mut self, mode: CacheMode) -> Result<()> {
         self.edit_superblock(|s| s.mode = mode)
     }
@@ -611,20 +812,21 @@ impl MetadataStore {
     pub(crate) fn rewrite_for_repair(
         dev: Arc<dyn BlockDevice>,
         sb: Superblock,
+        table: Vec<VolumeSlot>,
         map: Vec<PackedEntry>,
         next_seq: u64,
     ) -> Result<MetadataStore> {
         let mut store = MetadataStore {
-            backing_blocks: backing_blocks(sb.backing.size, sb.layout.block_size),
             dev,
             sb,
             map,
+            table: table.clone(),
             pending: Vec::new(),
             next_seq,
             stats: MetadataStats::default(),
             failed: false,
         };
-        store.write_snapshot(|s| s.clean_shutdown = false)?;
+        store.write_state(true, Some(table), |s| s.clean_shutdown = false)?;
         let sb = store.sb.clone();
         store.write_superblock(sb)?;
         Ok(store)
@@ -690,6 +892,70 @@ impl MetadataStore {
     /// superblock is durable the previous snapshot and journal stay
     /// authoritative and untouched.
     fn write_snapshot(&mut self, edit: impl FnOnce(&mut Superblock)) -> Result<()> {
+        self.write_state(true, None, edit)
+    }
+
+    /// With `snapshot`, writes the in-memory mapping as the next snapshot
+    /// into the inactive snapshot area; with `table`, writes it as the next
+    /// volume-table generation into the inactive table copy. Then flushes,
+    /// and writes a superblock naming what was written (edited by `edit`)
+    /// and flushes. Until that superblock is durable the previous snapshot,
+    /// journal and table stay authoritative and untouched.
+    fn write_state(
+        &mut self,
+        snapshot: bool,
+        table: Option<Vec<VolumeSlot>>,
+        edit: impl FnOnce(&mut Superblock),
+    ) -> Result<()> {
+        let mut new = self.sb.clone();
+        if snapshot {
+            self.write_snapshot_blocks()?;
+            new.active = self.sb.active.other();
+            new.snapshot_seq = self.sb.snapshot_seq + 1;
+            new.journal_start_seq = self.next_seq;
+        }
+        if let Some(t) = &table {
+            self.write_table_blocks(t)?;
+            new.volumes_active = self.sb.volumes_active.other();
+            new.volumes_generation = self.sb.volumes_generation + 1;
+        }
+        self.flush()?;
+        edit(&mut new);
+        self.write_superblock(new)?;
+        if let Some(t) = table {
+            self.table = t;
+        }
+        Ok(())
+    }
+
+    /// Writes `table` as generation `volumes_generation + 1` into the
+    /// inactive copy (no flush).
+    fn write_table_blocks(&mut self, table: &[VolumeSlot]) -> Result<()> {
+        let l = self.sb.layout;
+        let copy = self.sb.volumes_active.other();
+        let seq = self.sb.volumes_generation + 1;
+        let first = l.volumes_start(copy);
+        let mut buf = vec![0u8; l.volume_blocks as usize * META_BLOCK];
+        for (i, out) in buf.chunks_mut(META_BLOCK).enumerate() {
+            let at = i * VOLUMES_PER_BLOCK;
+            let n = volumes_in_block(l.max_volumes, i as u64);
+            encode_volume_block(
+                self.sb.uuid,
+                seq,
+                first + i as u64,
+                i as u32,
+                &table[at..at + n],
+                out,
+            );
+        }
+        write_blocks(&*self.dev, first, &buf)?;
+        self.stats.volume_blocks_written += l.volume_blocks;
+        Ok(())
+    }
+
+    /// Writes the in-memory mapping as snapshot `snapshot_seq + 1` into the
+    /// inactive area (no flush).
+    fn write_snapshot_blocks(&mut self) -> Result<()> {
         let l = self.sb.layout;
         let area = self.sb.active.other();
         let seq = self.sb.snapshot_seq + 1;
@@ -716,13 +982,7 @@ impl MetadataStore {
         }
         self.stats.snapshot_blocks_written += l.snapshot_blocks;
         self.stats.snapshots_written += 1;
-        self.flush()?;
-        let mut new = self.sb.clone();
-        new.active = area;
-        new.snapshot_seq = seq;
-        new.journal_start_seq = self.next_seq;
-        edit(&mut new);
-        self.write_superblock(new)
+        Ok(())
     }
 
     /// Writes `new` as the next generation (into block `generation % 2`,

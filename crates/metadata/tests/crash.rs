@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tiercache_device::CrashDevice;
-use tiercache_metadata::{check, Entry, Mapping, MetadataStore, Severity};
+use tiercache_metadata::{check, Entry, Mapping, MetadataStore, Severity, VolumeId};
 use tiercache_types::CacheMode;
 
 #[derive(Clone, Debug)]
@@ -167,6 +167,7 @@ fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCa
                     crc,
                 } => {
                     let e = oblock.map(|ob| Entry {
+                        volume: VolumeId(0),
                         oblock: u64::from(ob),
                         dirty: *dirty,
                         hint: (*hint).min(63), // the store saturates hints
@@ -181,6 +182,7 @@ fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCa
                     for _ in 0..*n {
                         let slot = rng.gen_range(0..slots);
                         let e = rng.gen_bool(0.9).then(|| Entry {
+                            volume: VolumeId(0),
                             oblock: rng.gen_range(0..BACKING_BLOCKS),
                             dirty: rng.gen_bool(0.5),
                             hint: rng.gen_range(0..64),
@@ -217,7 +219,7 @@ fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCa
                         e.hint = (e.hint + 1) % 64; // fresh hints
                     }
                     let s = live.take().expect("open");
-                    match s.mark_clean_shutdown(&fin, &backing()) {
+                    match s.mark_clean_shutdown(&fin, &vol0(backing())) {
                         Ok(()) => {
                             durable = fin;
                             clean_acked = true;
@@ -252,13 +254,13 @@ fn run(slots: u32, journal_blocks: u64, rounds: Vec<Round>) -> Result<(), TestCa
         // Recovery, perhaps cut once more.
         if let Some(ob) = r.open_budget {
             let fa = Arc::new(FailAfter::new(crash.clone(), i64::from(ob)));
-            if let Ok((_, rec)) = MetadataStore::open(fa.clone(), &backing()) {
+            if let Ok((_, rec)) = open_checked(fa.clone(), &backing()) {
                 prop_assert!(rec.mapping == durable || Some(&rec.mapping) == inflight.as_ref());
             }
             fa.crash_keep_blocks(u64::from(ob));
         }
         fa = Arc::new(FailAfter::new(crash.clone(), i64::MAX));
-        let (s, rec) = match MetadataStore::open(fa.clone(), &backing()) {
+        let (s, rec) = match open_checked(fa.clone(), &backing()) {
             Ok(x) => x,
             Err(e) => return Err(TestCaseError::fail(format!("open after crash: {e}"))),
         };

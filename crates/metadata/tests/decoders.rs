@@ -9,23 +9,25 @@ use std::sync::{Arc, OnceLock};
 use tiercache_device::{BlockDevice, MemDevice};
 use tiercache_metadata::codec::{
     decode_journal_block, decode_snapshot_block, decode_superblock, encode_journal_block,
-    encode_snapshot_block, pack, seal, unpack, Header, JournalBlock, PackedEntry, Record,
-    JOURNAL_MAGIC, JOURNAL_RECORDS_PER_BLOCK, META_BLOCK, SNAPSHOT_MAGIC, SUPERBLOCK_MAGIC,
+    encode_snapshot_block, entry_generation, pack, seal, unpack, Header, JournalBlock, PackedEntry,
+    Record, JOURNAL_MAGIC, JOURNAL_RECORDS_PER_BLOCK, META_BLOCK, SNAPSHOT_MAGIC, SUPERBLOCK_MAGIC,
 };
+use tiercache_metadata::volume::{decode_volume_block, VOLUME_MAGIC};
 use tiercache_metadata::{
-    check, repair, BackingIdentity, Entry, MetadataStore, MAX_HINT, MAX_OBLOCK,
-    SNAPSHOT_ENTRIES_PER_BLOCK,
+    check, repair, Entry, MetadataStore, VolumeId, MAX_HINT, MAX_OBLOCK, SNAPSHOT_ENTRIES_PER_BLOCK,
 };
 
 fn any_entry() -> impl Strategy<Value = Option<Entry>> {
     proptest::option::of(
         (
+            any::<u16>(),
             0..=MAX_OBLOCK,
             any::<bool>(),
             0..=MAX_HINT,
             proptest::option::of(any::<u32>()),
         )
-            .prop_map(|(oblock, dirty, hint, crc)| Entry {
+            .prop_map(|(volume, oblock, dirty, hint, crc)| Entry {
+                volume: VolumeId(volume),
                 oblock,
                 dirty,
                 hint,
@@ -38,6 +40,7 @@ fn decode_all(b: &[u8], block: u64) {
     let _ = decode_superblock(b, block);
     let _ = decode_snapshot_block(b, block);
     let _ = decode_journal_block(b, block);
+    let _ = decode_volume_block(b, block);
 }
 
 /// A small store with snapshots and a live journal, shut down uncleanly.
@@ -70,20 +73,31 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn entries_round_trip_with_and_without_crc(e in any_entry()) {
-        let p = pack(e);
+    fn entries_round_trip_with_and_without_crc(e in any_entry(), generation in 1u16..) {
+        let p = pack(e, generation);
         prop_assert_eq!(unpack(p).unwrap(), e);
-        prop_assert_eq!(p == [0u8; 12], e.is_none());
+        prop_assert_eq!(p == [0u8; 16], e.is_none());
+        prop_assert_eq!(entry_generation(&p), if e.is_some() { generation } else { 0 });
     }
 
-    /// Any 12 bytes either fail to unpack or are the canonical packing of
-    /// what they unpack to, up to the ignored spare bits 57..64.
+    /// Any 16 bytes either fail to unpack or are the canonical packing of
+    /// what they unpack to (with the generation they carry), up to the
+    /// ignored spare bits 57..64.
     #[test]
-    fn unpack_accepts_only_canonical_entries(p in any::<[u8; 12]>()) {
+    fn unpack_accepts_only_canonical_entries(
+        p in any::<[u8; 16]>(),
+        free_word in any::<bool>(),
+    ) {
+        let mut p = p;
+        if free_word {
+            // Reach the free-slot rules too.
+            p[6] &= !1;
+        }
         if let Ok(e) = unpack(p) {
             let mut canonical = p;
             canonical[7] &= 0x01; // spare bits 57..64 are not kept
-            prop_assert_eq!(pack(e), canonical);
+            prop_assert_eq!(pack(e, entry_generation(&p)), canonical);
+            prop_assert!(e.is_none() || entry_generation(&p) != 0);
         }
     }
 
@@ -98,11 +112,11 @@ proptest! {
     #[test]
     fn decoders_never_panic_on_sealed_blocks(
         mut b in proptest::collection::vec(any::<u8>(), META_BLOCK..=META_BLOCK),
-        kind in 0usize..3,
+        kind in 0usize..4,
         block in 0u64..4,
         small in any::<bool>(),
     ) {
-        let magic = [SUPERBLOCK_MAGIC, SNAPSHOT_MAGIC, JOURNAL_MAGIC][kind];
+        let magic = [SUPERBLOCK_MAGIC, SNAPSHOT_MAGIC, JOURNAL_MAGIC, VOLUME_MAGIC][kind];
         b[..8].copy_from_slice(&magic);
         b[16..24].copy_from_slice(&block.to_le_bytes());
         if small {
@@ -139,13 +153,12 @@ proptest! {
         }
         let dev = Arc::new(MemDevice::new(img.len() as u64));
         dev.write_at(&img, 0).unwrap();
-        let _ = MetadataStore::open(dev.clone(), &backing());
+        let _ = open_checked(dev.clone(), &backing());
         let report = check(&*dev);
         let _ = report.to_string();
         if let Ok(r) = repair(dev.clone()) {
-            let sb = r.superblock.clone().expect("repair names its superblock");
-            let id = BackingIdentity { fingerprint: None, ..sb.backing.clone() };
-            let opened = MetadataStore::open(dev.clone(), &id);
+            r.superblock.clone().expect("repair names its superblock");
+            let opened = MetadataStore::open(dev.clone());
             prop_assert!(opened.is_ok(), "open after repair: {:?}\n{}", opened.err(), r);
             let after = check(&*dev);
             prop_assert!(after.is_clean(), "{}", after);
@@ -163,7 +176,11 @@ proptest! {
         seq in 0u64..1 << 40,
         block in 2u64..1 << 30,
     ) {
-        let packed: Vec<PackedEntry> = entries.iter().map(|&e| pack(e)).collect();
+        let packed: Vec<PackedEntry> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, &e)| pack(e, i as u16 + 1))
+            .collect();
         let mut b = vec![0u8; META_BLOCK];
         encode_snapshot_block([5; 16], seq, block, 7, &packed, &mut b);
         let d = decode_snapshot_block(&b, block).unwrap();

@@ -10,7 +10,7 @@ use tiercache_metadata::codec::{self, seal, META_BLOCK};
 use tiercache_metadata::{
     check, check_with, content_crc, repair, repair_with, verify_clean_claims, BackingIdentity,
     CheckOptions, ClaimVerification, Entry, ErrorKind, Layout, MetadataError, MetadataStore,
-    Severity,
+    Severity, VolumeRecord, VolumeSlot, VolumeState,
 };
 use tiercache_types::CacheMode;
 
@@ -52,7 +52,7 @@ fn format_open_round_trip_with_journal_and_snapshots() {
     assert!(s.stats().snapshots_written > 1, "{:?}", s.stats());
     assert_eq!(s.mapping(), want);
     drop(s); // no clean shutdown: a crash
-    let (s2, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (s2, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert!(!rec.was_clean_shutdown);
     assert_eq!(rec.mapping, want);
     assert_eq!(s2.mapping(), want);
@@ -68,14 +68,14 @@ fn clean_shutdown_flag_is_cleared_durably_by_open() {
     s.commit().unwrap();
     let mut fin = s.mapping();
     fin[3] = entry(10, true, 42); // fresh hint at shutdown
-    s.mark_clean_shutdown(&fin, &backing()).unwrap();
-    let (s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    s.mark_clean_shutdown(&fin, &vol0(backing())).unwrap();
+    let (s, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert!(rec.was_clean_shutdown);
     assert_eq!(rec.mapping, fin);
     assert_eq!(rec.journal_blocks_replayed, 0);
     assert!(!s.superblock().clean_shutdown);
     drop(s);
-    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    let (_, rec) = open_checked(dev, &backing()).unwrap();
     assert!(!rec.was_clean_shutdown, "a crash after open is unclean");
     assert_eq!(rec.mapping, fin);
 }
@@ -85,23 +85,23 @@ fn refuses_wrong_backing_device() {
     let dev = mem(600, 4);
     let s = MetadataStore::format(dev.clone(), &params(4)).unwrap();
     let fin = s.mapping();
-    s.mark_clean_shutdown(&fin, &backing()).unwrap();
+    s.mark_clean_shutdown(&fin, &vol0(backing())).unwrap();
     let mut other = backing();
     other.size += 4096;
-    let e = MetadataStore::open(dev.clone(), &other).unwrap_err();
+    let e = open_checked(dev.clone(), &other).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::WrongBackingDevice);
     assert!(e.to_string().contains("wrong data"), "{e}");
     let mut other = backing();
     other.fingerprint = Some(1);
-    let e = MetadataStore::open(dev.clone(), &other).unwrap_err();
+    let e = open_checked(dev.clone(), &other).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::WrongBackingDevice, "{e}");
     // Unknown fingerprint: accepted.
     let mut unknown = backing();
     unknown.fingerprint = None;
-    let (s, _) = MetadataStore::open(dev.clone(), &unknown).unwrap();
+    let (s, _) = open_checked(dev.clone(), &unknown).unwrap();
     drop(s);
     // After an unclean shutdown a fingerprint change is only a warning.
-    let (_, rec) = MetadataStore::open(dev, &other).unwrap();
+    let (_, rec) = open_checked(dev, &other).unwrap();
     assert!(rec.warnings.iter().any(|w| w.contains("fingerprint")));
 }
 
@@ -126,7 +126,7 @@ fn fingerprint_sees_start_and_end() {
 #[test]
 fn refuses_unformatted_future_and_featured_devices() {
     let dev = mem(600, 4);
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFormatted);
     assert!(
         e.to_string().contains("not a tiercache cache device"),
@@ -146,12 +146,38 @@ fn refuses_unformatted_future_and_featured_devices() {
     let orig = read_block(&*dev, live);
     let orig_other = read_block(&*dev, 1 - live);
     let mut b = orig.clone();
-    b[48..52].copy_from_slice(&3u32.to_le_bytes());
+    b[48..52].copy_from_slice(&4u32.to_le_bytes());
     seal(&mut b);
     write_block(&*dev, live, &b);
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{e}");
     assert!(e.to_string().contains("upgrade tiercache"), "{e}");
+    // A version-2 cache (one backing device, 12-byte entries): its own
+    // error kind, and the message says how to proceed.
+    let mut b = orig.clone();
+    b[48..52].copy_from_slice(&2u32.to_le_bytes());
+    seal(&mut b);
+    write_block(&*dev, live, &b);
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OldFormat, "{e}");
+    let msg = e.to_string();
+    for want in [
+        "format version 2",
+        "cannot be converted in place",
+        "data is safe",
+        "`tiercache upgrade --cache",
+        "writes the cache's dirty blocks back",
+    ] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+    let r = check(&*dev);
+    assert!(r.superblock.is_none());
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.severity == Severity::Error && p.message.contains("format version 2")),
+        "{r}"
+    );
     // A version-1 cache (8-byte entries): both copies say version 1. The
     // error says how to proceed; check reports the same.
     for (block, orig) in [(live, &orig), (1 - live, &orig_other)] {
@@ -160,11 +186,11 @@ fn refuses_unformatted_future_and_featured_devices() {
         seal(&mut b);
         write_block(&*dev, block, &b);
     }
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{e}");
     let msg = e.to_string();
     assert!(msg.contains("format version 1"), "{msg}");
-    assert!(msg.contains("supports version 2"), "{msg}");
+    assert!(msg.contains("supports version 3"), "{msg}");
     assert!(msg.contains("`tiercache detach`"), "{msg}");
     assert!(msg.contains("`tiercache create`"), "{msg}");
     let r = check(&*dev);
@@ -181,7 +207,7 @@ fn refuses_unformatted_future_and_featured_devices() {
     b[72] = 0x80;
     seal(&mut b);
     write_block(&*dev, live, &b);
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert!(matches!(
         e,
         MetadataError::IncompatibleFeatures {
@@ -194,7 +220,7 @@ fn refuses_unformatted_future_and_featured_devices() {
     b[64] = 1;
     seal(&mut b);
     write_block(&*dev, live, &b);
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert!(matches!(
         e,
         MetadataError::IncompatibleFeatures {
@@ -208,7 +234,7 @@ fn refuses_unformatted_future_and_featured_devices() {
     b[56] = 1;
     seal(&mut b);
     write_block(&*dev, live, &b);
-    MetadataStore::open(dev.clone(), &backing()).unwrap();
+    open_checked(dev.clone(), &backing()).unwrap();
 }
 
 #[test]
@@ -223,7 +249,7 @@ fn torn_newest_superblock_falls_back_to_the_other_copy() {
     let mut b = read_block(&*dev, gen % 2);
     b[1000] ^= 1;
     write_block(&*dev, gen % 2, &b);
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.superblock.generation, gen - 1);
     assert_eq!(rec.superblock.mode, CacheMode::WriteBack, "older copy");
     assert_eq!(rec.mapping[1], entry(1, false, 0), "journal still replayed");
@@ -238,7 +264,7 @@ fn mode_and_detached_persist() {
     s.set_detached(true).unwrap();
     s.set_policy("lru").unwrap();
     drop(s);
-    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    let (_, rec) = open_checked(dev, &backing()).unwrap();
     assert_eq!(rec.superblock.mode, CacheMode::WriteAround);
     assert!(rec.superblock.detached);
     assert_eq!(rec.superblock.policy, "lru");
@@ -277,7 +303,7 @@ fn a_commit_larger_than_the_journal_goes_into_a_snapshot() {
     assert_eq!(st.journal_blocks, 0);
     let want = s.mapping();
     drop(s);
-    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    let (_, rec) = open_checked(dev, &backing()).unwrap();
     assert_eq!(rec.mapping, want);
 }
 
@@ -310,7 +336,7 @@ fn a_write_error_poisons_the_store_and_open_recovers() {
     drop(s);
     // Open's checkpoint: snapshot write + flush + superblock write + flush.
     let fa = Arc::new(FailAfter::new(crash.clone(), 4));
-    let (mut s, _) = MetadataStore::open(fa.clone(), &backing()).unwrap();
+    let (mut s, _) = open_checked(fa.clone(), &backing()).unwrap();
     s.record(2, entry(8, true, 0)).unwrap();
     assert_eq!(s.commit().unwrap_err().kind(), ErrorKind::Io);
     assert_eq!(
@@ -320,7 +346,7 @@ fn a_write_error_poisons_the_store_and_open_recovers() {
     );
     assert_eq!(s.commit().unwrap_err().kind(), ErrorKind::Failed);
     crash.crash();
-    let (_, rec) = MetadataStore::open(crash.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(crash.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping[1], entry(7, true, 0));
     assert_eq!(rec.mapping[2], None);
 }
@@ -336,7 +362,7 @@ fn stale_journal_of_an_earlier_format_is_not_replayed() {
     drop(s);
     let s = MetadataStore::format(dev.clone(), &params(8)).unwrap();
     drop(s);
-    let (_, rec) = MetadataStore::open(dev, &backing()).unwrap();
+    let (_, rec) = open_checked(dev, &backing()).unwrap();
     assert!(rec.mapping.iter().all(Option::is_none));
     assert_eq!(rec.journal_blocks_replayed, 0);
 }
@@ -370,7 +396,7 @@ fn torn_commit_is_ignored_and_later_commits_are_never_confused_with_it() {
         r.problems.iter().any(|p| p.message.contains("journal gap")),
         "{r}"
     );
-    let (mut s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (mut s, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.torn_commit_blocks_ignored, 1);
     assert_eq!(rec.journal_blocks_replayed, 1);
     assert_eq!(rec.mapping.iter().flatten().count(), 1);
@@ -382,7 +408,7 @@ fn torn_commit_is_ignored_and_later_commits_are_never_confused_with_it() {
     s.commit().unwrap();
     let want = s.mapping();
     drop(s);
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping, want);
     assert!(check(&*dev).is_clean(), "{}", check(&*dev));
 }
@@ -405,7 +431,7 @@ fn corrupt_snapshot_block_is_refused_then_repaired() {
     let mut b = read_block(&*dev, area);
     b[200] ^= 0xff;
     write_block(&*dev, area, &b);
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
     assert!(e.to_string().contains("repair"), "{e}");
     let r = check(&*dev);
@@ -418,7 +444,7 @@ fn corrupt_snapshot_block_is_refused_then_repaired() {
     );
     let r = repair(dev.clone()).unwrap();
     assert!(!r.actions.is_empty());
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping[0], entry(1500, true, 0), "journal kept it");
     assert_eq!(rec.mapping[1], None, "lost with its block");
     assert_eq!(rec.mapping[504], entry(504, false, 3), "other blocks kept");
@@ -441,26 +467,30 @@ fn repair_keeps_the_dirty_claimant_and_drops_clean_conflicts() {
     drop(s);
     // Also a record beyond the backing device, sealed as valid.
     let mut b = read_block(&*dev, jb);
-    let rec5 = 64 + 16 * 4;
-    let bad = codec::pack(entry(BACKING_BLOCKS + 5, true, 0));
-    b[rec5 + 4..rec5 + 16].copy_from_slice(&bad);
+    let rec5 = 64 + 20 * 4;
+    let bad = codec::pack(entry(BACKING_BLOCKS + 5, true, 0), 1);
+    b[rec5 + 4..rec5 + 20].copy_from_slice(&bad);
     seal(&mut b);
     write_block(&*dev, jb, &b);
 
     assert_eq!(
-        MetadataStore::open(dev.clone(), &backing())
-            .unwrap_err()
-            .kind(),
+        open_checked(dev.clone(), &backing()).unwrap_err().kind(),
         ErrorKind::Corrupt
     );
     let r = check(&*dev);
     let msgs: Vec<_> = r.problems.iter().map(|p| p.message.clone()).collect();
-    assert!(msgs.iter().any(|m| m.contains("origin block 50")), "{r}");
-    assert!(msgs.iter().any(|m| m.contains("origin block 60")), "{r}");
+    assert!(
+        msgs.iter().any(|m| m.contains("block 50 of volume v0")),
+        "{r}"
+    );
+    assert!(
+        msgs.iter().any(|m| m.contains("block 60 of volume v0")),
+        "{r}"
+    );
     assert!(msgs.iter().any(|m| m.contains("beyond")), "{r}");
     let r = repair(dev.clone()).unwrap();
     assert!(r.actions.iter().any(|a| a.contains("DIRTY")), "{r}");
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping[1], None);
     assert_eq!(rec.mapping[2], entry(50, true, 0), "dirty one kept");
     assert_eq!(
@@ -521,7 +551,7 @@ fn a_lost_acknowledged_journal_block_is_an_error_naming_the_dirty_records() {
     assert!(p.message.contains("1 records that mark slots dirty"), "{r}");
     assert_eq!(p.block, Some(first + 1));
     // Open refuses rather than silently losing acknowledged dirty data.
-    let e = MetadataStore::open(dev.clone(), &backing()).unwrap_err();
+    let e = open_checked(dev.clone(), &backing()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Corrupt);
     assert!(
         e.to_string().contains("1 records marking slots dirty"),
@@ -530,7 +560,7 @@ fn a_lost_acknowledged_journal_block_is_an_error_naming_the_dirty_records() {
     // Repair salvages the first commit; the loss is in its report.
     let r = repair(dev.clone()).unwrap();
     assert_eq!(r.worst(), Some(Severity::Error));
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping.iter().flatten().count(), 2);
     assert!(check(&*dev).is_clean());
 }
@@ -637,8 +667,8 @@ fn check_counts_crcs_and_verification_reports_stale_clean_claims_as_a_note() {
     assert_eq!(p.severity, Severity::Info);
     assert!(p.message.contains("would be dropped at start"), "{r}");
     // The same through the public function, on the recovered mapping.
-    let (s, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
-    let v = verify_clean_claims(&*dev, &l, backing().size, &rec.mapping);
+    let (s, rec) = open_checked(dev.clone(), &backing()).unwrap();
+    let v = verify_clean_claims(&*dev, &l, &rec.volumes, &rec.mapping);
     assert_eq!(
         v,
         ClaimVerification {
@@ -649,7 +679,8 @@ fn check_counts_crcs_and_verification_reports_stale_clean_claims_as_a_note() {
     );
     // After a clean shutdown the engine trusts clean claims: a stale one
     // is a warning.
-    s.mark_clean_shutdown(&rec.mapping, &backing()).unwrap();
+    s.mark_clean_shutdown(&rec.mapping, &vol0(backing()))
+        .unwrap();
     let r = check_with(&*dev, &VERIFY);
     assert_eq!(r.worst(), Some(Severity::Warning), "{r}");
     assert_eq!(r.stale_clean_claims, vec![5]);
@@ -671,7 +702,7 @@ fn repair_withdraws_stale_clean_claims_and_never_dirty_ones() {
         "{r}"
     );
     assert_eq!(r.entries, 6);
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!(rec.mapping[5], None, "stale clean claim withdrawn");
     assert!(rec.mapping[4].unwrap().dirty, "dirty entry kept");
     assert!(rec.mapping[0].unwrap().crc.is_some(), "verified claim kept");
@@ -699,15 +730,15 @@ fn unreadable_slots_are_retried_one_by_one_and_reported() {
             && p.message.contains("slots 1")),
         "{r}"
     );
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
-    let v = verify_clean_claims(&*bad, &l, backing().size, &rec.mapping);
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
+    let v = verify_clean_claims(&*bad, &l, &rec.volumes, &rec.mapping);
     assert_eq!(
         (v.checked, v.mismatched, v.unreadable),
         (4, vec![5], vec![1])
     );
     let r = repair(bad.clone()).unwrap();
     assert_eq!(r.stale_clean_claims, vec![1, 5]);
-    let (_, rec) = MetadataStore::open(dev.clone(), &backing()).unwrap();
+    let (_, rec) = open_checked(dev.clone(), &backing()).unwrap();
     assert_eq!((rec.mapping[1], rec.mapping[5]), (None, None));
     assert!(rec.mapping[0].is_some() && rec.mapping[2].is_some());
 }
@@ -715,7 +746,7 @@ fn unreadable_slots_are_retried_one_by_one_and_reported() {
 #[test]
 fn a_claim_on_the_short_last_block_covers_only_its_bytes() {
     let dev = mem(8, 4);
-    let l = Layout::compute(dev.size(), BS, Some(4 * 4096)).unwrap();
+    let l = Layout::compute(dev.size(), BS, MAX_VOLUMES, Some(4 * 4096)).unwrap();
     // Backing device of 2 blocks and 100 bytes: block 2 is 100 bytes.
     let size = 2 * u64::from(BS) + 100;
     let mut slot = vec![0xabu8; BS as usize];
@@ -726,7 +757,20 @@ fn a_claim_on_the_short_last_block_covers_only_its_bytes() {
     let claim = |oblock, crc| {
         let mut m = vec![None; l.capacity as usize];
         m[0] = clean_with_crc(oblock, crc);
-        verify_clean_claims(&*dev, &l, size, &m)
+        let mut v = volume();
+        v.identity.size = size;
+        let table = [VolumeSlot::Used(VolumeRecord {
+            generation: 1,
+            state: VolumeState::Attached,
+            uuid: [0; 16],
+            name: v.name,
+            size,
+            fingerprint: None,
+            mode: tiercache_types::CacheMode::WriteBack,
+            sequential_cutoff: None,
+            path_hint: String::new(),
+        })];
+        verify_clean_claims(&*dev, &l, &table, &m)
     };
     assert!(claim(2, short).mismatched.is_empty());
     assert_eq!(claim(2, whole).mismatched, vec![0]);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
 
+#[allow(unused_imports)] // not every test file skips
 pub use tiercache_testkit::{have, skip};
 
 /// The full path of `tool` on PATH (or the bare name).

@@ -15,11 +15,15 @@ use libfuzzer_sys::fuzz_target;
 use std::sync::{Arc, OnceLock};
 use tiercache_device::{BlockDevice, MemDevice};
 use tiercache_metadata::codec::{seal, META_BLOCK};
-use tiercache_metadata::{check, repair, BackingIdentity, Entry, FormatParams, MetadataStore};
+use tiercache_metadata::{
+    check, repair, BackingIdentity, Entry, FormatParams, MetadataStore, NewVolume, VolumeId,
+};
 use tiercache_types::CacheMode;
 
 const SLOTS: u64 = 64;
 const JOURNAL_BLOCKS: u64 = 8;
+/// Two volume-table blocks per copy.
+const MAX_VOLUMES: u32 = 20;
 
 fn backing() -> BackingIdentity {
     BackingIdentity {
@@ -32,18 +36,28 @@ fn backing() -> BackingIdentity {
 fn image() -> &'static (Vec<u8>, u64) {
     static IMG: OnceLock<(Vec<u8>, u64)> = OnceLock::new();
     IMG.get_or_init(|| {
-        let size = (2 + 2 * SLOTS.div_ceil(336) + JOURNAL_BLOCKS) * 4096 + SLOTS * 4096;
+        let size = (2 + 2 * 2 + 2 * SLOTS.div_ceil(252) + JOURNAL_BLOCKS) * 4096 + SLOTS * 4096;
         let dev = Arc::new(MemDevice::new(size));
         let params = FormatParams {
             block_size: 4096,
             mode: CacheMode::WriteBack,
             policy: "smq".into(),
             journal_bytes: Some(JOURNAL_BLOCKS * 4096),
-            backing: backing(),
+            max_volumes: Some(MAX_VOLUMES),
+            volumes: ["a", "b", "c"]
+                .iter()
+                .map(|n| NewVolume {
+                    name: n.to_string(),
+                    identity: backing(),
+                    mode: None,
+                    sequential_cutoff: None,
+                })
+                .collect(),
         };
         let mut s = MetadataStore::format(dev.clone(), &params).unwrap();
         for i in 0..SLOTS as u32 {
             let e = Entry {
+                volume: VolumeId((i % 3) as u16),
                 oblock: u64::from(i) * 3,
                 dirty: i % 4 == 0,
                 hint: (i % 64) as u8,
@@ -55,6 +69,19 @@ fn image() -> &'static (Vec<u8>, u64) {
             }
         }
         s.snapshot().unwrap();
+        // A detached and re-attached index: its generation moves on.
+        for i in (2..SLOTS as u32).step_by(3) {
+            s.record(i, None).unwrap();
+        }
+        s.commit().unwrap();
+        s.detach(VolumeId(2)).unwrap();
+        s.attach(&NewVolume {
+            name: "c2".into(),
+            identity: backing(),
+            mode: None,
+            sequential_cutoff: None,
+        })
+        .unwrap();
         for i in 0..5u32 {
             s.record(i * 7, None).unwrap();
             s.commit().unwrap();
@@ -96,15 +123,19 @@ fuzz_target!(|data: &[u8]| {
     };
     let dev = Arc::new(MemDevice::new(img.len() as u64));
     dev.write_at(&img, 0).unwrap();
-    let _ = MetadataStore::open(dev.clone(), &backing());
+    if let Ok((_, rec)) = MetadataStore::open(dev.clone()) {
+        // Isolation: every entry returned belongs to an attached volume.
+        for e in rec.mapping.iter().flatten() {
+            assert!(
+                rec.volume(e.volume).is_some(),
+                "{e:?} of a volume not attached"
+            );
+        }
+    }
     let _ = check(&*dev).to_string();
     if let Ok(r) = repair(dev.clone()) {
-        let sb = r.superblock.clone().expect("repair names its superblock");
-        let id = BackingIdentity {
-            fingerprint: None,
-            ..sb.backing.clone()
-        };
-        if let Err(e) = MetadataStore::open(dev.clone(), &id) {
+        r.superblock.clone().expect("repair names its superblock");
+        if let Err(e) = MetadataStore::open(dev.clone()) {
             panic!("open after repair failed: {e}\n{r}");
         }
         let after = check(&*dev);

@@ -5,7 +5,9 @@ use std::io;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tiercache_device::{BlockDevice, CrashDevice, MemDevice};
-use tiercache_metadata::{BackingIdentity, Entry, FormatParams, Mapping};
+use tiercache_metadata::{
+    BackingIdentity, Entry, FormatParams, Mapping, MetadataStore, NewVolume, Recovered, VolumeId,
+};
 use tiercache_types::CacheMode;
 
 pub const BS: u32 = 4096;
@@ -20,20 +22,49 @@ pub fn backing() -> BackingIdentity {
     }
 }
 
+/// Volume-table records of the test caches: 2 blocks per copy.
+pub const MAX_VOLUMES: u32 = 30;
+
+/// The one volume of the test caches (volume 0).
+pub fn volume() -> NewVolume {
+    NewVolume {
+        name: "test".into(),
+        identity: backing(),
+        mode: None,
+        sequential_cutoff: None,
+    }
+}
+
 pub fn params(journal_blocks: u64) -> FormatParams {
     FormatParams {
         block_size: BS,
         mode: CacheMode::WriteBack,
         policy: "smq".into(),
         journal_bytes: Some(journal_blocks * 4096),
-        backing: backing(),
+        max_volumes: Some(MAX_VOLUMES),
+        volumes: vec![volume()],
     }
+}
+
+/// `backing` as volume 0's identity at a clean shutdown.
+pub fn vol0(backing: BackingIdentity) -> Vec<(VolumeId, BackingIdentity)> {
+    vec![(VolumeId(0), backing)]
+}
+
+/// Opens `dev` checking `expected` against volume 0, as a pool-of-one
+/// user does.
+pub fn open_checked(
+    dev: Arc<dyn BlockDevice>,
+    expected: &BackingIdentity,
+) -> tiercache_metadata::Result<(MetadataStore, Recovered)> {
+    MetadataStore::open_with(dev, &vol0(expected.clone()))
 }
 
 /// Size of a cache device with `slots` slots and the given journal.
 pub fn device_size(slots: u64, journal_blocks: u64) -> u64 {
-    let snap = slots.div_ceil(336);
-    (2 + 2 * snap + journal_blocks) * 4096 + slots * u64::from(BS)
+    let snap = slots.div_ceil(252);
+    let vol = u64::from(MAX_VOLUMES).div_ceil(15);
+    (2 + 2 * vol + 2 * snap + journal_blocks) * 4096 + slots * u64::from(BS)
 }
 
 pub fn mem(slots: u64, journal_blocks: u64) -> Arc<MemDevice> {
@@ -42,6 +73,7 @@ pub fn mem(slots: u64, journal_blocks: u64) -> Arc<MemDevice> {
 
 pub fn entry(oblock: u64, dirty: bool, hint: u8) -> Option<Entry> {
     Some(Entry {
+        volume: VolumeId(0),
         oblock,
         dirty,
         hint,
@@ -52,6 +84,7 @@ pub fn entry(oblock: u64, dirty: bool, hint: u8) -> Option<Entry> {
 /// A clean entry carrying a content crc.
 pub fn clean_with_crc(oblock: u64, crc: u32) -> Option<Entry> {
     Some(Entry {
+        volume: VolumeId(0),
         oblock,
         dirty: false,
         hint: 0,
