@@ -44,7 +44,7 @@ pub use cached_read::CachedRange;
 pub use cleaner::{Cleaner, CleanerConfig, RateController};
 pub use config::EngineConfig;
 pub use error::{EngineError, Result};
-pub use persist::{OpenOptions, OpenReport};
+pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
 pub use stats::EngineStats;
 
@@ -93,7 +93,7 @@ impl Engine {
         clock: Arc<dyn Clock>,
     ) -> Result<Engine> {
         let bs = config.block_size as u64;
-        let volume = Volume::new(VolumeId(0), "default", backing, config.block_size)?;
+        let volume = Volume::new(VolumeId(0), "default", "", backing, config.block_size)?;
         let room = cache.size().saturating_sub(config.cache_data_offset);
         let mut capacity = (room / bs).min(u32::MAX as u64 - 1) as u32;
         if let Some(max) = config.max_cache_blocks {
@@ -218,7 +218,7 @@ impl Engine {
             }
         }
         self.director.lock().set_mode(VolumeId(0), mode);
-        self.persist_mode(mode)
+        self.persist_mode(VolumeId(0), mode)
     }
 
     pub fn set_sequential_cutoff(&self, bytes: u64) {

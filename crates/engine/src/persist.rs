@@ -18,10 +18,10 @@
 //! too) with the clean-shutdown flag: the next start is warm without
 //! reading anything.
 //!
-//! The cache device is a pool (format version 3) of which this engine
-//! uses one volume, [`VOLUME`]: every entry it records is for that volume,
-//! and its mode and the backing device's fingerprint live in that volume's
-//! record.
+//! The cache device is a pool (format version 3): the engine's volumes
+//! are the volume table's, with the same ids; every entry records the
+//! volume of its block (the pool key's, [`OriginBlock::volume`]), and each
+//! volume's mode and its backing device's fingerprint live in its record.
 
 use crate::{claims, Engine, EngineConfig, EngineError, Result};
 use parking_lot::Mutex;
@@ -33,8 +33,20 @@ use tiercache_metadata::{
 use tiercache_policy::PolicyConfig;
 use tiercache_types::{CacheBlock, CacheMode, Clock, OriginBlock};
 
-/// The volume of the pool this engine serves.
-pub(crate) const VOLUME: VolumeId = VolumeId(0);
+/// A backing volume of a persistent pool, as [`Engine::create_pool`] and
+/// [`Engine::open_pool`] take it.
+#[derive(Clone)]
+pub struct PoolVolume {
+    /// Its name in the pool. `None`: for `create_pool`, a name made from
+    /// the path; for `open_pool`, the cache's only volume.
+    pub name: Option<String>,
+    pub backing: Arc<dyn BlockDevice>,
+    /// Where it was opened from (stored as a hint, used in messages).
+    pub path: String,
+}
+
+/// The pool's first volume: the engine's own, which stays attached.
+const FIRST: VolumeId = VolumeId(0);
 
 /// Records in the volume table of a new cache of `cache_size` bytes: the
 /// metadata crate's default (1024, 552 KiB of tables) from 64 MiB up;
@@ -80,7 +92,6 @@ pub(crate) struct Persistence {
     /// Records not yet handed to the store, in order. Taken under the
     /// director's lock so their order is the order of the changes.
     pending: Mutex<Vec<Pending>>,
-    backing_path: String,
 }
 
 /// A record waiting for the next commit.
@@ -125,8 +136,9 @@ pub struct OpenOptions {
 
 impl Engine {
     /// Formats `cache` for `backing` (the backing device is only read, for
-    /// its identity) and returns an engine with an empty, persistent cache.
-    /// `backing_path` is stored as a hint for error messages.
+    /// its identity) and returns an engine with an empty, persistent cache:
+    /// a pool of one ([`Engine::create_pool`]). `backing_path` is stored as
+    /// a hint for error messages.
     pub fn create(
         backing: Arc<dyn BlockDevice>,
         cache: Arc<dyn BlockDevice>,
@@ -135,7 +147,39 @@ impl Engine {
         backing_path: &str,
         journal_bytes: Option<u64>,
     ) -> Result<Engine> {
-        let identity = identity(&*backing, backing_path)?;
+        let volume = PoolVolume {
+            name: None,
+            backing,
+            path: backing_path.to_string(),
+        };
+        Engine::create_pool(&[volume], cache, config, clock, journal_bytes)
+    }
+
+    /// Formats `cache` as a pool of `volumes` (at least one; the first
+    /// becomes volume 0) and returns an engine serving them all, with an
+    /// empty, persistent cache. Backing devices are only read, for their
+    /// identity.
+    pub fn create_pool(
+        volumes: &[PoolVolume],
+        cache: Arc<dyn BlockDevice>,
+        config: &EngineConfig,
+        clock: Arc<dyn Clock>,
+        journal_bytes: Option<u64>,
+    ) -> Result<Engine> {
+        let Some(first) = volumes.first() else {
+            return Err(EngineError::Config(
+                "a pool needs at least one volume".into(),
+            ));
+        };
+        let mut new = Vec::with_capacity(volumes.len());
+        for v in volumes {
+            new.push(NewVolume {
+                name: v.name.clone().unwrap_or_else(|| volume_name(&v.path)),
+                identity: identity(&*v.backing, &v.path)?,
+                mode: None,
+                sequential_cutoff: None,
+            });
+        }
         let store = MetadataStore::format(
             cache.clone(),
             &FormatParams {
@@ -143,13 +187,8 @@ impl Engine {
                 mode: config.mode,
                 policy: config.policy.to_string(),
                 journal_bytes,
-                max_volumes: Some(max_volumes(cache.size())),
-                volumes: vec![NewVolume {
-                    name: volume_name(backing_path),
-                    identity,
-                    mode: None,
-                    sequential_cutoff: None,
-                }],
+                max_volumes: Some(max_volumes(cache.size()).max(volumes.len() as u32)),
+                volumes: new,
             },
         )?;
         let layout = *store.layout();
@@ -158,18 +197,30 @@ impl Engine {
             max_cache_blocks: Some(layout.capacity),
             ..config.clone()
         };
-        let mut engine = Engine::new(backing, cache, &cfg, clock)?;
+        let mut engine = Engine::new(first.backing.clone(), cache, &cfg, clock)?;
+        for (id, record) in store.volumes() {
+            let v = volumes
+                .iter()
+                .find(|v| v.name.clone().unwrap_or_else(|| volume_name(&v.path)) == record.name)
+                .expect("the store holds the volumes it was formatted with");
+            engine.attach_at(
+                id,
+                &record.name,
+                &v.path,
+                v.backing.clone(),
+                config.mode,
+                config.sequential_cutoff,
+            )?;
+        }
         engine.persist = Some(Persistence {
             store: Mutex::new(Some(store)),
             pending: Mutex::new(Vec::new()),
-            backing_path: backing_path.to_string(),
         });
         Ok(engine)
     }
 
     /// Opens a cache device formatted by [`Engine::create`] for `backing`,
-    /// restoring its blocks. Refuses (with the metadata's error) the wrong
-    /// backing device, unknown formats and corrupt metadata.
+    /// restoring its blocks: [`Engine::open_pool`] of a pool of one.
     pub fn open(
         backing: Arc<dyn BlockDevice>,
         cache: Arc<dyn BlockDevice>,
@@ -177,28 +228,93 @@ impl Engine {
         clock: Arc<dyn Clock>,
         backing_path: &str,
     ) -> Result<(Engine, OpenReport)> {
-        let expected = identity(&*backing, backing_path)?;
-        let (mut store, rec) = MetadataStore::open_with(cache.clone(), &[(VOLUME, expected)])?;
-        let sb = rec.superblock.clone();
-        let volume = rec
-            .volume(VOLUME)
-            .cloned()
-            .ok_or(tiercache_metadata::MetadataError::NotAttached { volume: VOLUME.0 })?;
-        // Until the engine serves several volumes, it owns the whole cache:
-        // a pool with other volumes is not for it.
-        let others: Vec<String> = rec
-            .volumes
+        let volume = PoolVolume {
+            name: None,
+            backing,
+            path: backing_path.to_string(),
+        };
+        Engine::open_pool(&[volume], cache, options, clock)
+    }
+
+    /// Opens the pool on `cache`, restoring its blocks. Every volume of the
+    /// pool must be given (its dirty blocks belong on its backing device),
+    /// matched by name, and each backing device must be the one its record
+    /// describes. Refuses (with the metadata's error) a wrong backing
+    /// device, unknown formats and corrupt metadata, before anything is
+    /// written.
+    pub fn open_pool(
+        volumes: &[PoolVolume],
+        cache: Arc<dyn BlockDevice>,
+        options: &OpenOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Engine, OpenReport)> {
+        let attached = MetadataStore::peek_volumes(&*cache)?;
+        let names = || {
+            attached
+                .iter()
+                .map(|(_, r)| r.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut given: Vec<(VolumeId, &PoolVolume)> = Vec::with_capacity(volumes.len());
+        for v in volumes {
+            let id = match &v.name {
+                Some(name) => attached
+                    .iter()
+                    .find(|(_, r)| &r.name == name)
+                    .map(|(id, _)| *id)
+                    .ok_or_else(|| {
+                        EngineError::Config(format!(
+                            "the cache has no volume named {name:?} (it holds: {}); attach it to \
+                             the running server with `tiercache attach`",
+                            names()
+                        ))
+                    })?,
+                None if attached.len() == 1 => attached[0].0,
+                None => {
+                    return Err(EngineError::Config(format!(
+                        "the cache is a pool of {} volumes ({}): name each one's backing device \
+                         with --volume NAME=PATH",
+                        attached.len(),
+                        names()
+                    )))
+                }
+            };
+            if given.iter().any(|(g, _)| *g == id) {
+                return Err(EngineError::Config(format!(
+                    "volume {} is given twice",
+                    v.name.as_deref().unwrap_or("of the pool")
+                )));
+            }
+            given.push((id, v));
+        }
+        if let Some((_, missing)) = attached
             .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != VOLUME.index())
-            .filter_map(|(_, v)| v.record().map(|r| r.name.clone()))
-            .collect();
-        if !others.is_empty() {
+            .find(|(id, _)| !given.iter().any(|(g, _)| g == id))
+        {
             return Err(EngineError::Config(format!(
-                "the cache holds other volumes too ({}); this engine serves a cache of one volume",
-                others.join(", ")
+                "the cache holds volume {:?} too (last at {}), whose cached blocks belong on its \
+                 backing device: give --volume {}=PATH as well",
+                missing.name, missing.path_hint, missing.name
             )));
         }
+        let Some(&(_, first)) = given.iter().find(|(id, _)| *id == FIRST) else {
+            return Err(EngineError::Config(
+                "the pool's volume 0 is missing from its volume table".into(),
+            ));
+        };
+        let mut expected = Vec::with_capacity(given.len());
+        for (id, v) in &given {
+            expected.push((*id, identity(&*v.backing, &v.path)?));
+        }
+        let (mut store, rec) = MetadataStore::open_with(cache.clone(), &expected)?;
+        let sb = rec.superblock.clone();
+        let record = |id: VolumeId| {
+            rec.volume(id)
+                .cloned()
+                .ok_or(tiercache_metadata::MetadataError::NotAttached { volume: id.0 })
+        };
+        let volume = record(FIRST)?;
         let saved_policy = sb.policy.parse::<PolicyConfig>().ok();
         let policy = options
             .policy
@@ -223,7 +339,21 @@ impl Engine {
                 .cache_error_limit
                 .unwrap_or(defaults.cache_error_limit),
         };
-        let mut engine = Engine::new(backing, cache, &cfg, clock)?;
+        let mut engine = Engine::new(first.backing.clone(), cache, &cfg, clock)?;
+        for (id, v) in &given {
+            let r = record(*id)?;
+            engine.attach_at(
+                *id,
+                &r.name,
+                &v.path,
+                v.backing.clone(),
+                options.mode.unwrap_or(r.mode),
+                options
+                    .sequential_cutoff
+                    .or(r.sequential_cutoff)
+                    .unwrap_or(defaults.sequential_cutoff),
+            )?;
+        }
         let mut report = OpenReport {
             was_clean_shutdown: rec.was_clean_shutdown,
             restored_blocks: 0,
@@ -251,11 +381,14 @@ impl Engine {
                 keep[slot] = None;
             }
         } else if !rec.was_clean_shutdown {
-            let mut claims_of: std::collections::HashMap<u64, Vec<usize>> =
+            let mut claims_of: std::collections::HashMap<(VolumeId, u64), Vec<usize>> =
                 std::collections::HashMap::new();
             for (slot, e) in rec.mapping.iter().enumerate() {
                 if let Some(e) = e {
-                    claims_of.entry(e.oblock).or_default().push(slot);
+                    claims_of
+                        .entry((e.volume, e.oblock))
+                        .or_default()
+                        .push(slot);
                 }
             }
             for slots in claims_of.values().filter(|v| v.len() > 1) {
@@ -296,7 +429,7 @@ impl Engine {
                 };
                 let hint = if hints_valid { e.hint } else { 0 };
                 let ok = d.restore(
-                    OriginBlock(e.oblock),
+                    OriginBlock::of(e.volume, e.oblock),
                     CacheBlock(slot as u32),
                     e.dirty,
                     hint,
@@ -321,8 +454,12 @@ impl Engine {
         if sb.detached {
             store.set_detached(false)?;
         }
-        if options.mode.is_some_and(|m| m != volume.mode) {
-            store.set_volume_mode(VOLUME, mode)?;
+        if let Some(m) = options.mode {
+            for (id, _) in &given {
+                if record(*id)?.mode != m {
+                    store.set_volume_mode(*id, m)?;
+                }
+            }
         }
         if options.policy.is_some() && !hints_valid {
             store.set_policy(&policy.to_string())?;
@@ -330,7 +467,6 @@ impl Engine {
         engine.persist = Some(Persistence {
             store: Mutex::new(Some(store)),
             pending: Mutex::new(Vec::new()),
-            backing_path: backing_path.to_string(),
         });
         Ok((engine, report))
     }
@@ -374,8 +510,8 @@ impl Engine {
         self.push_pending(Pending {
             slot: c.0,
             entry: Some(Entry {
-                volume: VOLUME,
-                oblock: b.0,
+                volume: b.volume(),
+                oblock: b.block(),
                 dirty: false,
                 hint: d.hint(b),
                 crc: Some(crc),
@@ -495,8 +631,8 @@ impl Engine {
     /// The record for a block that just became dirty in slot `c`.
     pub(crate) fn dirty_entry(&self, d: &tiercache_policy::Director, b: OriginBlock) -> Entry {
         Entry {
-            volume: VOLUME,
-            oblock: b.0,
+            volume: b.volume(),
+            oblock: b.block(),
             dirty: true,
             hint: d.hint(b),
             crc: None,
@@ -528,7 +664,11 @@ impl Engine {
             let read = self.cache.read_at(&mut buf[..n as usize], off);
             for &slot in &candidates[i..j] {
                 let e = keep[slot].expect("candidate");
-                let (s, end) = self.first_volume().block_span(e.oblock);
+                let Ok(vol) = self.volume(e.volume) else {
+                    keep[slot] = None;
+                    continue;
+                };
+                let (s, end) = vol.block_span(e.oblock);
                 let at = (slot - first) as u64 * bs;
                 let ok = read.is_ok()
                     && at + (end - s) <= n
@@ -632,13 +772,53 @@ impl Engine {
         })
     }
 
-    /// Durably records the mode of the engine's volume (persistent engines
-    /// only).
-    pub(crate) fn persist_mode(&self, mode: CacheMode) -> Result<()> {
+    /// Durably records the mode of volume `id` (persistent engines only).
+    pub(crate) fn persist_mode(&self, id: VolumeId, mode: CacheMode) -> Result<()> {
         if let Some(p) = &self.persist {
             if let Some(store) = p.store.lock().as_mut() {
-                store.set_volume_mode(VOLUME, mode)?;
+                store.set_volume_mode(id, mode)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Records a new volume in the pool's table (persistent engines) and
+    /// returns its id; `None` for a volatile engine.
+    pub(crate) fn persist_attach(
+        &self,
+        name: &str,
+        path: &str,
+        backing: &dyn BlockDevice,
+        mode: CacheMode,
+        cutoff: u64,
+    ) -> Result<Option<VolumeId>> {
+        let Some(p) = &self.persist else {
+            return Ok(None);
+        };
+        let mut store = p.store.lock();
+        let Some(store) = store.as_mut() else {
+            return Err(EngineError::Config("the cache was shut down".into()));
+        };
+        let id = store.attach(&NewVolume {
+            name: name.to_string(),
+            identity: identity(backing, path)?,
+            mode: Some(mode),
+            sequential_cutoff: Some(cutoff),
+        })?;
+        Ok(Some(id))
+    }
+
+    /// Takes volume `id` out of the pool's table once its slots are free:
+    /// commits the buffered records (its blocks' "slot free" among them),
+    /// then detaches it in the store.
+    pub(crate) fn persist_detach(&self, id: VolumeId) -> Result<()> {
+        if self.persist.is_none() {
+            return Ok(());
+        }
+        self.commit_inner(true)?;
+        let p = self.persist.as_ref().expect("persistent");
+        if let Some(store) = p.store.lock().as_mut() {
+            store.detach(id)?;
         }
         Ok(())
     }
@@ -686,12 +866,12 @@ impl Engine {
                     } else {
                         store
                             .entry(c.0)
-                            .filter(|e| e.oblock == o.0 && !e.dirty)
+                            .filter(|e| e.volume == o.volume() && e.oblock == o.block() && !e.dirty)
                             .and_then(|e| e.crc)
                     };
                     mapping[c.index()] = Some(Entry {
-                        volume: VOLUME,
-                        oblock: o.0,
+                        volume: o.volume(),
+                        oblock: o.block(),
                         dirty,
                         hint: r.hint(o),
                         crc,
@@ -702,8 +882,11 @@ impl Engine {
         if detach {
             store.set_detached(true)?;
         }
-        let identity = identity(&*self.first_volume().backing, &p.backing_path)?;
-        store.mark_clean_shutdown(&mapping, &[(VOLUME, identity)])?;
+        let mut identities = Vec::new();
+        for v in self.all_volumes() {
+            identities.push((v.id, identity(&*v.backing, &v.path)?));
+        }
+        store.mark_clean_shutdown(&mapping, &identities)?;
         Ok(())
     }
 }

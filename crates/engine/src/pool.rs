@@ -84,56 +84,77 @@ impl VolumeHandle {
 
 impl Engine {
     /// Attaches a backing volume to the pool and returns its id. `name`
-    /// (1 to 63 of `A-Z a-z 0-9 . _ -`) must be unused in the pool.
-    /// A persistent cache keeps one volume until its format records more
-    /// (refused here with a message).
+    /// (1 to 63 of `A-Z a-z 0-9 . _ -`) must be unused in the pool; `path`
+    /// is where `backing` was opened from (a hint in its record). In a
+    /// persistent pool the volume is recorded in the cache's volume table
+    /// first, which gives its id.
     pub fn attach_volume(
         &self,
         name: &str,
+        path: &str,
         backing: Arc<dyn BlockDevice>,
         mode: CacheMode,
         sequential_cutoff: u64,
     ) -> Result<VolumeId> {
         check_name(name)?;
-        if self.persist.is_some() {
-            return Err(EngineError::Config(
-                "this cache's on-disk format records one backing volume; attaching more needs \
-                 a pool format"
-                    .into(),
-            ));
-        }
-        let mut volumes = self.volumes.write();
-        if volumes.iter().flatten().any(|v| v.name == name) {
+        if self.all_volumes().iter().any(|v| v.name == name) {
             return Err(EngineError::Config(format!(
                 "a volume named {name:?} is already in the pool"
             )));
         }
-        let index = match volumes.iter().position(|v| v.is_none()) {
-            Some(i) => i,
-            None if volumes.len() <= u16::MAX as usize => volumes.len(),
+        let id = match self.persist_attach(name, path, &*backing, mode, sequential_cutoff)? {
+            Some(id) => id,
             None => {
-                return Err(EngineError::Config(
-                    "the pool has 65536 volumes already".into(),
-                ))
+                let volumes = self.volumes.read();
+                match volumes.iter().position(|v| v.is_none()) {
+                    Some(i) => VolumeId(i as u16),
+                    None if volumes.len() <= u16::MAX as usize => VolumeId(volumes.len() as u16),
+                    None => {
+                        return Err(EngineError::Config(
+                            "the pool has 65536 volumes already".into(),
+                        ))
+                    }
+                }
             }
         };
-        let id = VolumeId(index as u16);
-        let volume = Volume::new(id, name, backing, self.block_size as u32)?;
-        if !self
-            .director
-            .lock()
-            .attach_volume(id, mode, sequential_cutoff)
-        {
+        self.attach_at(id, name, path, backing, mode, sequential_cutoff)?;
+        Ok(id)
+    }
+
+    /// Puts volume `id` in the engine's table and the director's, with its
+    /// mode and cutoff (volume 0, there since [`Engine::new`], is renamed
+    /// and given its path).
+    pub(crate) fn attach_at(
+        &self,
+        id: VolumeId,
+        name: &str,
+        path: &str,
+        backing: Arc<dyn BlockDevice>,
+        mode: CacheMode,
+        sequential_cutoff: u64,
+    ) -> Result<()> {
+        let volume = Arc::new(Volume::new(
+            id,
+            name,
+            path,
+            backing,
+            self.block_size as u32,
+        )?);
+        let mut volumes = self.volumes.write();
+        let mut d = self.director.lock();
+        if id == VolumeId(0) {
+            d.set_mode(id, mode);
+            d.set_sequential_cutoff(id, sequential_cutoff);
+        } else if !d.attach_volume(id, mode, sequential_cutoff) {
             return Err(EngineError::Config(format!(
                 "volume {id} is still known to the policy"
             )));
         }
-        if index == volumes.len() {
-            volumes.push(Some(Arc::new(volume)));
-        } else {
-            volumes[index] = Some(Arc::new(volume));
+        if volumes.len() <= id.index() {
+            volumes.resize(id.index() + 1, None);
         }
-        Ok(id)
+        volumes[id.index()] = Some(volume);
+        Ok(())
     }
 
     /// A handle for client IO on volume `id`.
@@ -182,7 +203,7 @@ impl Engine {
     pub fn set_volume_mode(&self, id: VolumeId, mode: CacheMode) -> Result<()> {
         self.volume(id)?;
         self.director.lock().set_mode(id, mode);
-        Ok(())
+        self.persist_mode(id, mode)
     }
 
     /// Detaches volume `id`: writes its dirty blocks back (reporting
@@ -225,12 +246,15 @@ impl Engine {
             for (o, c) in mine {
                 d.invalidate(o);
                 self.slot_dropped(Some(o), c);
+                // Free in the metadata too, after any claim still buffered
+                // for it: the store detaches no volume that maps a slot.
+                self.record(c, None);
             }
             d.detach_volume(id)
                 .map_err(|e| EngineError::Config(e.to_string()))?;
             drop(d);
             self.volumes.write()[id.index()] = None;
-            return Ok(());
+            return self.persist_detach(id);
         }
     }
 

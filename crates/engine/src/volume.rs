@@ -17,6 +17,9 @@ use tiercache_types::{Access, OriginBlock, VolumeId, MAX_VOLUME_BLOCKS, SECTOR_S
 pub(crate) struct Volume {
     pub(crate) id: VolumeId,
     pub(crate) name: String,
+    /// Where the backing device was opened from (a hint, for messages and
+    /// the volume's record).
+    pub(crate) path: String,
     pub(crate) backing: Arc<dyn BlockDevice>,
     /// Size of the exported device in bytes (the backing device's size).
     pub(crate) size: u64,
@@ -34,6 +37,7 @@ impl Volume {
     pub(crate) fn new(
         id: VolumeId,
         name: &str,
+        path: &str,
         backing: Arc<dyn BlockDevice>,
         block_size: u32,
     ) -> Result<Volume> {
@@ -54,6 +58,7 @@ impl Volume {
         Ok(Volume {
             id,
             name: name.to_string(),
+            path: path.to_string(),
             backing,
             size,
             block_size,

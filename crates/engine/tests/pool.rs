@@ -38,6 +38,7 @@ fn pool(
         let id = engine
             .attach_volume(
                 &format!("vm{v}"),
+                "",
                 dev.clone() as Arc<dyn BlockDevice>,
                 mode,
                 0,
@@ -190,6 +191,7 @@ fn detach_writes_back_and_leaves_nothing_behind() {
     let id = engine
         .attach_volume(
             "vm9",
+            "",
             fresh.clone() as Arc<dyn BlockDevice>,
             CacheMode::WriteBack,
             0,
@@ -208,17 +210,17 @@ fn bad_attachments_are_refused() {
     let dev = || Arc::new(MemDevice::new(VOLUME_BYTES)) as Arc<dyn BlockDevice>;
     for bad in ["", "a/b", "white space", &"x".repeat(64)] {
         let e = engine
-            .attach_volume(bad, dev(), CacheMode::WriteThrough, 0)
+            .attach_volume(bad, "", dev(), CacheMode::WriteThrough, 0)
             .unwrap_err();
         assert!(e.to_string().contains("volume name"), "{bad:?}: {e}");
     }
     let e = engine
-        .attach_volume("vm1", dev(), CacheMode::WriteThrough, 0)
+        .attach_volume("vm1", "", dev(), CacheMode::WriteThrough, 0)
         .unwrap_err();
     assert!(e.to_string().contains("already in the pool"), "{e}");
     let odd = Arc::new(MemDevice::new(VOLUME_BYTES + 512)) as Arc<dyn BlockDevice>;
     engine
-        .attach_volume("odd-size", odd, CacheMode::WriteThrough, 0)
+        .attach_volume("odd-size", "", odd, CacheMode::WriteThrough, 0)
         .unwrap();
     assert!(engine.detach_volume(VolumeId(0), |_, _| {}).is_err());
     assert!(engine.volume_handle(VolumeId(9)).is_err());

@@ -327,6 +327,22 @@ impl MetadataStore {
         Self::open_with(dev, &[])
     }
 
+    /// The attached volumes of the cache on `dev`, read without writing
+    /// anything (to find which volume a backing device given by name is,
+    /// before [`MetadataStore::open_with`] checks it).
+    pub fn peek_volumes(dev: &dyn BlockDevice) -> Result<Vec<(VolumeId, VolumeRecord)>> {
+        let device = dev.describe();
+        let copies = read_superblocks(dev)?;
+        let (sb, _block, _warnings) = choose_superblock(&device, &copies)?;
+        check_features(&device, &sb, true)?;
+        let table = read_volume_table(dev, &sb, None)?;
+        Ok(table
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.record().map(|r| (VolumeId(i as u16), r.clone())))
+            .collect())
+    }
+
     /// [`MetadataStore::open`], checking first that each `(volume,
     /// identity)` of `backing` is attached and matches its record
     /// ([`VolumeRecord::check_backing`]: the size must match; a differing
