@@ -8,12 +8,12 @@
 //!   that should bypass the cache.
 //!
 //! Replacement policies: [`Adaptive`] (the default: S3-FIFO whose small
-//! FIFO's share miniature simulations choose), [`Smq`], [`Lru`], [`S3Fifo`], [`Arc`],
+//! FIFO's share and move-to-main threshold miniature simulations choose), [`Smq`], [`Lru`], [`S3Fifo`], [`Arc`],
 //! [`Fifo`], [`Sieve`] (the last four match libCacheSim's miss counts
 //! exactly on read-only traces: `tools/compare_libcachesim.py`). Admission:
 //! [`AlwaysAdmit`] (the default), [`NHitAdmit`] (Open CAS), [`HotspotAdmit`]
 //! (after smq's hotspot queue). RAM per cache block at 1M blocks: adaptive
-//! 24.3 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
+//! 24.5 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
 //! hotspot 22.1 B, lru 21.7 B, fifo 21.7 B, sieve 21.8 B, s3fifo 41.5 B,
 //! arc 43.4 B (`cargo bench -p tiercache-policy`).
 //!

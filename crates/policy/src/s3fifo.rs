@@ -134,6 +134,9 @@ pub struct S3Fifo {
     ghost: Ghost,
     small_size: u32,
     main_size: u32,
+    /// Hits in the small FIFO needed to move to main
+    /// ([`MOVE_TO_MAIN_THRESHOLD`] unless set otherwise).
+    move_threshold: u8,
     has_evicted: bool,
 }
 
@@ -168,6 +171,7 @@ impl S3Fifo {
             ghost,
             small_size: 0,
             main_size: 0,
+            move_threshold: MOVE_TO_MAIN_THRESHOLD,
             has_evicted: false,
         };
         p.set_small_ratio(ratio);
@@ -181,6 +185,13 @@ impl S3Fifo {
         let capacity = self.slots.capacity();
         self.small_size = ((capacity as f64 * ratio.clamp(0.0, 1.0)) as u32).max(1);
         self.main_size = capacity - self.small_size.min(capacity);
+    }
+
+    /// Moves a block from the small FIFO to main when it was hit at least
+    /// `hits` times there (1..=3) instead of [`MOVE_TO_MAIN_THRESHOLD`],
+    /// from the next eviction on (the second knob [`crate::Adaptive`] turns).
+    pub fn set_move_threshold(&mut self, hits: u8) {
+        self.move_threshold = hits.clamp(1, 3);
     }
 
     fn freq(&self, c: CacheBlock) -> u8 {
@@ -208,7 +219,7 @@ impl S3Fifo {
     fn evict_small(&mut self) -> Option<OriginBlock> {
         while let Some(c) = self.slots.front(SMALL) {
             let o = self.slots.oblock_of(c).expect("listed slot is mapped");
-            if self.freq(c) >= MOVE_TO_MAIN_THRESHOLD {
+            if self.freq(c) >= self.move_threshold {
                 self.set_freq(c, 0);
                 self.slots.move_to_back(c, MAIN);
             } else {
@@ -369,9 +380,10 @@ impl Replacement for S3Fifo {
         }
         let main = || self.scan_min(MAIN, |f| f);
         let small = || {
-            let cold = self.scan_min(SMALL, |f| u8::from(f >= MOVE_TO_MAIN_THRESHOLD));
+            let t = self.move_threshold;
+            let cold = self.scan_min(SMALL, |f| u8::from(f >= t));
             match cold {
-                Some(c) if self.freq(c) < MOVE_TO_MAIN_THRESHOLD => Some(c),
+                Some(c) if self.freq(c) < t => Some(c),
                 // Every small block moves to main with frequency 0, behind
                 // main's own blocks: main's first unhit block goes, else the
                 // first block that came from small.
@@ -443,6 +455,27 @@ mod tests {
         assert!(p.lookup(OriginBlock(100)).is_none());
         assert_eq!(p.hint(OriginBlock(1)), 4);
         assert!(p.ghost.contains(OriginBlock(100)));
+    }
+
+    #[test]
+    fn a_threshold_of_one_moves_blocks_hit_once() {
+        let mut p = S3Fifo::new(20); // small 2, main 18
+        p.set_move_threshold(1);
+        for o in 0..20 {
+            get(&mut p, o);
+        }
+        get(&mut p, 100); // evicts small's 0
+        get(&mut p, 100); // 100 hit once
+        get(&mut p, 101); // evicts small's 1
+        get(&mut p, 102); // small's front is 100: moves to main; 101 evicted
+        assert_eq!(p.hint(OriginBlock(100)), 4, "in main, frequency 0");
+        assert!(p.lookup(OriginBlock(101)).is_none());
+        // With S3-FIFO's two hits, 100 would have been evicted instead.
+        let mut q = S3Fifo::new(20);
+        for o in (0..20).chain([100, 100, 101, 102]) {
+            get(&mut q, o);
+        }
+        assert!(q.lookup(OriginBlock(100)).is_none());
     }
 
     #[test]

@@ -52,11 +52,11 @@ fn stale_cache_warms_as_fast_as_an_empty_one() {
         let (slack, tolerance) = match (stack.replacement, stack.admission) {
             (ReplacementKind::Smq, AdmissionKind::Hotspot) => (1, 0.01),
             (ReplacementKind::S3Fifo, _) => (PASSES, 0.03),
-            // The default is S3-FIFO underneath: its share choice makes it
-            // warm from junk far faster than plain S3-FIFO, but still two
-            // passes after an empty cache (0.9 points lower on average
-            // over the ten passes). Known gap of the default (issue notes).
-            (ReplacementKind::Adaptive, _) => (2, 0.012),
+            // The default is S3-FIFO underneath: its candidate choice makes
+            // it warm from junk far faster than plain S3-FIFO, but one pass
+            // after an empty cache (0.43 points lower on average over the
+            // ten passes, 0.1 at the last). Known gap of the default.
+            (ReplacementKind::Adaptive, _) => (1, 0.01),
             _ => (1, 0.02),
         };
         let ok = empty95.is_some_and(|e| e <= 6)
