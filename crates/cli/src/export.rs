@@ -3,51 +3,52 @@
 
 use std::io;
 use std::sync::Arc;
-use tiercache_engine::Engine;
+use tiercache_engine::VolumeHandle;
 use tiercache_frontend::{BlockSizes, DirectRead, Export};
 
-/// Serves an [`Engine`] (over NBD or ublk). Flush and FUA are global to the engine,
-/// so every connection sees them (multi-conn is safe).
-pub struct EngineExport {
-    pub engine: Arc<Engine>,
+/// Serves one volume of the engine's pool (over NBD or ublk). Flush and
+/// FUA reach the shared cache device and this volume's backing device, so
+/// every connection sees them (multi-conn is safe).
+pub struct VolumeExport {
+    pub volume: VolumeHandle,
     pub rotational: bool,
 }
 
-impl Export for EngineExport {
+impl Export for VolumeExport {
     fn size(&self) -> u64 {
-        self.engine.size()
+        self.volume.size()
     }
     fn block_size_constraints(&self) -> BlockSizes {
         BlockSizes {
             min: 512,
-            preferred: self.engine.block_size().max(4096),
+            preferred: self.volume.block_size().max(4096),
             max: 32 << 20,
         }
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        Ok(self.engine.read(offset, buf)?)
+        Ok(self.volume.read(offset, buf)?)
     }
     fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {
-        let range = self.engine.begin_cached_read(offset, u64::from(len))?;
+        let range = self.volume.begin_cached_read(offset, u64::from(len))?;
         let (fd, pieces) = (range.fd, range.pieces.clone());
         Some(DirectRead::new(fd, pieces, move |r| range.finish(r)))
     }
     fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
-        self.engine
+        self.volume
             .read_if_cached(offset, buf)
             .map(|r| r.map_err(io::Error::from))
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
-        Ok(self.engine.write(offset, data, fua)?)
+        Ok(self.volume.write(offset, data, fua)?)
     }
     fn flush(&self) -> io::Result<()> {
-        Ok(self.engine.flush()?)
+        Ok(self.volume.flush()?)
     }
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        Ok(self.engine.trim(offset, len)?)
+        Ok(self.volume.trim(offset, len)?)
     }
     fn write_zeroes(&self, offset: u64, len: u64, fua: bool, _may_trim: bool) -> io::Result<()> {
-        Ok(self.engine.write_zeroes(offset, len, fua)?)
+        Ok(self.volume.write_zeroes(offset, len, fua)?)
     }
     fn can_trim(&self) -> bool {
         true

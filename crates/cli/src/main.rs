@@ -166,6 +166,11 @@ struct ServeArgs {
     /// the emulated HDD latency model; `mem:SIZE` is a RAM device.
     #[arg(long)]
     backing: Option<String>,
+    /// A volume of a pool: NAME=BACKING (BACKING as for --backing), given
+    /// once per volume instead of --backing. One cache serves them all,
+    /// each its own NBD export named NAME.
+    #[arg(long = "volume", value_name = "NAME=BACKING")]
+    volumes: Vec<String>,
     /// Cache (fast) device, same syntax as --backing. Without one, the
     /// backing device is served alone (a baseline for comparisons).
     #[arg(long)]
@@ -285,12 +290,43 @@ struct ServeFile {
     ublk_depth: Option<u16>,
     ublk_id: Option<u32>,
     ublk_no_recovery: Option<bool>,
+    #[serde(default, rename = "volume")]
+    volumes: Vec<String>,
+}
+
+/// One backing volume to serve: `--backing SPEC` (no name: a pool of one)
+/// or `--volume NAME=SPEC`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeArg {
+    pub name: Option<String>,
+    pub spec: String,
+}
+
+impl VolumeArg {
+    /// Parses `NAME=SPEC`.
+    fn parse(s: &str) -> Result<VolumeArg> {
+        let Some((name, spec)) = s.split_once('=') else {
+            bail!("--volume {s:?}: give NAME=BACKING, e.g. --volume vm1=/dev/sdb");
+        };
+        tiercache_metadata::validate_name(name)
+            .map_err(|e| anyhow::anyhow!("--volume {s:?}: {e}"))?;
+        if spec.is_empty() {
+            bail!("--volume {s:?}: no backing device after '='");
+        }
+        Ok(VolumeArg {
+            name: Some(name.to_string()),
+            spec: spec.to_string(),
+        })
+    }
 }
 
 /// Fully resolved `serve` settings.
 #[derive(Debug, Clone)]
 pub struct ServeSettings {
+    /// The first volume's backing device (the only one of a pool of one).
     pub backing: String,
+    /// Every volume, the first being `backing`'s.
+    pub volumes: Vec<VolumeArg>,
     pub cache: Option<String>,
     pub mode: CacheMode,
     pub block_size: u32,
@@ -330,10 +366,33 @@ impl ServeArgs {
                 (None, None) => Ok(default),
             }
         };
-        let backing = self
-            .backing
-            .or(file.backing)
-            .context("no backing device: give --backing PATH")?;
+        let named = if self.volumes.is_empty() {
+            file.volumes
+        } else {
+            self.volumes
+        };
+        let volumes: Vec<VolumeArg> = match (self.backing.or(file.backing), named.is_empty()) {
+            (Some(_), false) => bail!(
+                "give either --backing (one volume) or --volume NAME=BACKING (a pool), not both"
+            ),
+            (Some(spec), true) => vec![VolumeArg { name: None, spec }],
+            (None, false) => named
+                .iter()
+                .map(|v| VolumeArg::parse(v))
+                .collect::<Result<_>>()?,
+            (None, true) => {
+                bail!("no backing device: give --backing PATH, or --volume NAME=PATH per volume")
+            }
+        };
+        for (i, v) in volumes.iter().enumerate() {
+            if volumes[..i].iter().any(|w| w.name == v.name) {
+                bail!(
+                    "volume {:?} is given twice",
+                    v.name.as_deref().unwrap_or("")
+                );
+            }
+        }
+        let backing = volumes[0].spec.clone();
         let cache = self.cache.or(file.cache);
         let block_size = size(self.block_size, file.block_size, 64 * 1024)?;
         if !(4096..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
@@ -391,6 +450,7 @@ impl ServeArgs {
         )?;
         Ok(ServeSettings {
             backing,
+            volumes,
             cache,
             mode_given,
             policy_given,

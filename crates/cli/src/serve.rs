@@ -7,13 +7,15 @@
 //! process exits with [`HANDOVER_EXIT`]); see docs/RESTART.md.
 
 use crate::control::{self, ControlTarget};
-use crate::export::EngineExport;
+use crate::export::VolumeExport;
 use crate::ServeSettings;
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tiercache_engine::{Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions};
+use tiercache_engine::{
+    Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions, PoolVolume,
+};
 use tiercache_nbd::{Listener, RunningServer, Server, ServerConfig};
 use tiercache_types::MonotonicClock;
 
@@ -68,12 +70,35 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     if s.ublk.is_some() {
         crate::ublk::check_available()?;
     }
-    if let Some(cache_spec) = &s.cache {
-        crate::devices::ensure_distinct(&s.backing, cache_spec)?;
+    if s.ublk.is_some() && s.volumes.len() > 1 {
+        bail!(
+            "--ublk serves one volume per server today; serve a pool over NBD (one export per \
+             volume), or one server per volume over ublk"
+        );
     }
-    let backing = crate::devices::open(&s.backing).context("backing device")?;
+    if let Some(cache_spec) = &s.cache {
+        for v in &s.volumes {
+            crate::devices::ensure_distinct(&v.spec, cache_spec)?;
+        }
+    }
+    let mut pool = Vec::with_capacity(s.volumes.len());
+    for v in &s.volumes {
+        let backing = crate::devices::open(&v.spec).with_context(|| match &v.name {
+            Some(name) => format!("backing device of volume {name}"),
+            None => "backing device".to_string(),
+        })?;
+        pool.push(PoolVolume {
+            name: v.name.clone(),
+            backing,
+            path: v.spec.clone(),
+        });
+    }
+    let backing = pool[0].backing.clone();
     let rotational = s.backing.starts_with("hdd:");
     let Some(cache_spec) = &s.cache else {
+        if pool.len() > 1 {
+            bail!("a pool of volumes needs a cache device (--cache)");
+        }
         return run_uncached(s, backing, rotational);
     };
     let cache = crate::devices::open(cache_spec).context("cache device")?;
@@ -87,7 +112,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             policy: s.policy.clone(),
             ..EngineConfig::default()
         };
-        Engine::new(backing.clone(), cache.clone(), &cfg, clock)?
+        Engine::new_pool(&pool, cache.clone(), &cfg, clock)?
     } else {
         let options = OpenOptions {
             mode: s.mode_given.then_some(s.mode),
@@ -95,13 +120,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             sequential_cutoff: Some(s.sequential_cutoff),
             cache_error_limit: None,
         };
-        match Engine::open(
-            backing.clone(),
-            cache.clone(),
-            &options,
-            clock.clone(),
-            &s.backing,
-        ) {
+        match Engine::open_pool(&pool, cache.clone(), &options, clock.clone()) {
             Ok((engine, report)) => {
                 for w in &report.warnings {
                     log::warn!("{w}");
@@ -135,18 +154,24 @@ pub fn run(s: &ServeSettings) -> Result<()> {
                 };
                 crate::devices::ensure_blank(&*cache, cache_spec)?;
                 log::info!("formatting cache device {cache_spec} (--create)");
-                Engine::create(
-                    backing.clone(),
+                Engine::create_pool(
+                    &pool,
                     cache.clone(),
                     &cfg,
                     Arc::new(MonotonicClock::new()),
-                    &s.backing,
                     None,
                 )?
             }
             Err(EngineError::Metadata(m))
                 if m.kind() == tiercache_metadata::ErrorKind::NotFormatted =>
             {
+                if s.volumes.len() > 1 {
+                    bail!(
+                        "{cache_spec} is not a tiercache cache device yet. Format it as a pool \
+                         of these volumes with --create (only the cache device is written; the \
+                         backing devices keep their data)"
+                    )
+                }
                 bail!(
                     "{cache_spec} is not a tiercache cache device yet. Format it first with\n  \
                      tiercache create --backing {} --cache {cache_spec}\n\
@@ -158,10 +183,20 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         }
     };
     let engine = Arc::new(engine);
+    for (id, name) in engine.volume_names() {
+        let st = engine.volume_stats(id)?;
+        log::info!(
+            "volume {name}: {} ({} bytes), mode {}",
+            pool.iter()
+                .find(|v| v.name.as_deref().unwrap_or(&name) == name)
+                .map_or(String::new(), |v| v.backing.describe()),
+            st.backing_bytes,
+            st.mode
+        );
+    }
     log::info!(
-        "serving {} ({} bytes) cached by {} ({} blocks of {} bytes), mode {}, policy {}",
-        backing.describe(),
-        engine.size(),
+        "serving {} volume(s) cached by {} ({} blocks of {} bytes), mode {}, policy {}",
+        engine.volume_names().len(),
         cache.describe(),
         engine.capacity(),
         engine.block_size(),
@@ -177,13 +212,19 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         },
     );
 
-    let front = FrontEnd::start(
-        s,
-        Arc::new(EngineExport {
-            engine: engine.clone(),
-            rotational,
-        }),
-    )?;
+    // One export per volume: a pool of one keeps the --name export name,
+    // a pool's volumes are exported under their own names.
+    let mut exports: Vec<(String, Arc<dyn tiercache_frontend::Export>)> = Vec::new();
+    for (id, name) in engine.volume_names() {
+        let export_name = if s.volumes[0].name.is_none() {
+            s.name.clone()
+        } else {
+            name
+        };
+        let volume = engine.volume_handle(id)?;
+        exports.push((export_name, Arc::new(VolumeExport { volume, rotational })));
+    }
+    let front = FrontEnd::start_many(s, exports)?;
 
     let signals = Signals::register()?;
     let stop = signals.stop.clone();
@@ -316,11 +357,28 @@ enum FrontEnd {
 
 impl FrontEnd {
     fn start(s: &ServeSettings, export: Arc<dyn tiercache_frontend::Export>) -> Result<FrontEnd> {
+        Self::start_many(s, vec![(s.name.clone(), export)])
+    }
+
+    /// Serves `exports` (name, export): over NBD all of them, each under
+    /// its name; over ublk the one there must be.
+    fn start_many(
+        s: &ServeSettings,
+        mut exports: Vec<(String, Arc<dyn tiercache_frontend::Export>)>,
+    ) -> Result<FrontEnd> {
         if let Some(u) = &s.ublk {
+            if exports.len() != 1 {
+                bail!("--ublk serves exactly one volume");
+            }
+            let (_, export) = exports.remove(0);
             return Ok(FrontEnd::Ublk(crate::ublk::start(u, export)?));
         }
         let listener = bind_nbd(s)?;
-        let nbd = Server::single(&s.name, export, nbd_config(s)?)?;
+        let entries = exports
+            .into_iter()
+            .map(|(name, e)| tiercache_nbd::ExportEntry::new(name, e))
+            .collect();
+        let nbd = Server::new(entries, nbd_config(s)?)?;
         Ok(FrontEnd::Nbd(nbd.spawn(listener)?))
     }
 
@@ -376,15 +434,20 @@ fn announce(s: &ServeSettings, front: &FrontEnd) {
         );
         return;
     }
-    match &s.listen {
-        Some(addr) => println!("tiercache: serving {}://{addr}/{}", s.tls.scheme(), s.name),
-        None => println!(
-            "tiercache: serving {}+unix:///{}?socket={}  (control: {})",
-            s.tls.scheme(),
-            s.name,
-            s.socket.display(),
-            s.control.display()
-        ),
+    let names: Vec<String> = match s.volumes[0].name {
+        None => vec![s.name.clone()],
+        Some(_) => s.volumes.iter().filter_map(|v| v.name.clone()).collect(),
+    };
+    for name in names {
+        match &s.listen {
+            Some(addr) => println!("tiercache: serving {}://{addr}/{name}", s.tls.scheme()),
+            None => println!(
+                "tiercache: serving {}+unix:///{name}?socket={}  (control: {})",
+                s.tls.scheme(),
+                s.socket.display(),
+                s.control.display()
+            ),
+        }
     }
 }
 

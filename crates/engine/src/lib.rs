@@ -46,7 +46,7 @@ pub use config::EngineConfig;
 pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
-pub use stats::EngineStats;
+pub use stats::{EngineStats, VolumeStats};
 
 use locks::StripeLocks;
 use parking_lot::{Mutex, RwLock};
@@ -227,8 +227,27 @@ impl Engine {
             .set_sequential_cutoff(VolumeId(0), bytes);
     }
 
-    /// A snapshot of all counters. Takes the director's lock briefly.
+    /// A snapshot of all counters: the pool's, and in a pool of several
+    /// volumes each volume's ([`EngineStats::volumes`]). Takes the
+    /// director's lock briefly.
     pub fn stats(&self) -> EngineStats {
+        let mut s = self.pool_stats();
+        let volumes = self.all_volumes();
+        if volumes.len() > 1 {
+            s.volumes = volumes
+                .iter()
+                .map(|v| stats::VolumeStats {
+                    id: v.id.0,
+                    name: v.name.clone(),
+                    stats: self.stats_of(v),
+                })
+                .collect();
+        }
+        s
+    }
+
+    /// The pool's counters alone.
+    pub(crate) fn pool_stats(&self) -> EngineStats {
         let (decisions, mode, cutoff) = {
             let d = self.director.lock();
             (
@@ -267,6 +286,7 @@ impl Engine {
             backing_write_errors: io[7],
             flushes: io[8],
             trims: io[9],
+            volumes: Vec::new(),
         }
     }
 }

@@ -45,6 +45,17 @@ impl VolumeHandle {
         &self.engine
     }
 
+    /// Cache block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.engine.block_size()
+    }
+
+    /// As [`Engine::begin_cached_read`], on this volume.
+    pub fn begin_cached_read(&self, offset: u64, len: u64) -> Option<crate::CachedRange<'_>> {
+        self.engine
+            .begin_cached_read_in(self.volume.clone(), offset, len)
+    }
+
     /// As [`Engine::read`], on this volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.engine.read_in(&self.volume, offset, buf)
@@ -157,6 +168,40 @@ impl Engine {
         Ok(())
     }
 
+    /// A volatile engine (a RAM cache, nothing recorded) over a pool of
+    /// `volumes`, the first as volume 0, the others attached in order, each
+    /// with the configured mode and cutoff. Names default to `default`
+    /// for the first and `vol<N>` for the others.
+    pub fn new_pool(
+        volumes: &[crate::PoolVolume],
+        cache: Arc<dyn BlockDevice>,
+        config: &crate::EngineConfig,
+        clock: Arc<dyn tiercache_types::Clock>,
+    ) -> Result<Engine> {
+        let Some(first) = volumes.first() else {
+            return Err(EngineError::Config(
+                "a pool needs at least one volume".into(),
+            ));
+        };
+        let engine = Engine::new(first.backing.clone(), cache, config, clock)?;
+        let (mode, cutoff) = (config.mode, config.sequential_cutoff);
+        let name0 = first.name.clone().unwrap_or_else(|| "default".into());
+        check_name(&name0)?;
+        engine.attach_at(
+            VolumeId(0),
+            &name0,
+            &first.path,
+            first.backing.clone(),
+            mode,
+            cutoff,
+        )?;
+        for (i, v) in volumes.iter().enumerate().skip(1) {
+            let name = v.name.clone().unwrap_or_else(|| format!("vol{i}"));
+            engine.attach_volume(&name, &v.path, v.backing.clone(), mode, cutoff)?;
+        }
+        Ok(engine)
+    }
+
     /// A handle for client IO on volume `id`.
     pub fn volume_handle(self: &Arc<Self>, id: VolumeId) -> Result<VolumeHandle> {
         Ok(VolumeHandle {
@@ -178,8 +223,8 @@ impl Engine {
         Ok(self.stats_of(&*self.volume(id)?))
     }
 
-    fn stats_of(&self, vol: &Volume) -> EngineStats {
-        let mut s = self.stats();
+    pub(crate) fn stats_of(&self, vol: &Volume) -> EngineStats {
+        let mut s = self.pool_stats();
         let d = self.director.lock();
         s.mode = d.mode(vol.id);
         s.sequential_cutoff = d.sequential_cutoff(vol.id);

@@ -52,6 +52,18 @@ pub struct EngineStats {
     pub backing_write_errors: u64,
     pub flushes: u64,
     pub trims: u64,
+    /// In a pool of more than one volume, each volume's own counters (the
+    /// fields above are the pool's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeStats>,
+}
+
+/// One volume's counters in [`EngineStats::volumes`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeStats {
+    pub id: u16,
+    pub name: String,
+    pub stats: EngineStats,
 }
 
 impl EngineStats {
@@ -82,149 +94,159 @@ impl EngineStats {
     /// Prometheus text exposition format (version 0.0.4).
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
-        let d = &self.decisions;
-        let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
-            let _ = writeln!(out, "# HELP tiercache_{name} {help}");
-            let _ = writeln!(out, "# TYPE tiercache_{name} {kind}");
-            let _ = writeln!(out, "tiercache_{name} {value}");
-        };
+        // One family per metric: the pool's sample, then each volume's,
+        // labelled `volume="NAME"`.
+        let mut metric =
+            |name: &str, kind: &str, help: &str, value: &dyn Fn(&EngineStats) -> f64| {
+                let _ = writeln!(out, "# HELP tiercache_{name} {help}");
+                let _ = writeln!(out, "# TYPE tiercache_{name} {kind}");
+                let _ = writeln!(out, "tiercache_{name} {}", value(self));
+                for v in &self.volumes {
+                    let _ = writeln!(
+                        out,
+                        "tiercache_{name}{{volume=\"{}\"}} {}",
+                        v.name,
+                        value(&v.stats)
+                    );
+                }
+            };
         metric(
             "read_hits_total",
             "counter",
             "Read blocks served from the cache.",
-            d.read_hits as f64,
+            &|s: &EngineStats| s.decisions.read_hits as f64,
         );
         metric(
             "read_misses_total",
             "counter",
             "Read blocks served from the backing device.",
-            d.read_misses as f64,
+            &|s: &EngineStats| s.decisions.read_misses as f64,
         );
         metric(
             "write_hits_total",
             "counter",
             "Written blocks that were cached.",
-            d.write_hits as f64,
+            &|s: &EngineStats| s.decisions.write_hits as f64,
         );
         metric(
             "write_misses_total",
             "counter",
             "Written blocks that were not cached.",
-            d.write_misses as f64,
+            &|s: &EngineStats| s.decisions.write_misses as f64,
         );
         metric(
             "read_partial_hit_ios_total",
             "counter",
             "Read IOs partly served from the cache.",
-            d.read_partial_hit_ios as f64,
+            &|s: &EngineStats| s.decisions.read_partial_hit_ios as f64,
         );
         metric(
             "promotions_total",
             "counter",
             "Blocks brought into the cache.",
-            d.promotions as f64,
+            &|s: &EngineStats| s.decisions.promotions as f64,
         );
         metric(
             "demotions_total",
             "counter",
             "Clean blocks evicted from the cache.",
-            d.demotions as f64,
+            &|s: &EngineStats| s.decisions.demotions as f64,
         );
         metric(
             "writebacks_total",
             "counter",
             "Dirty blocks written back.",
-            d.writebacks as f64,
+            &|s: &EngineStats| s.decisions.writebacks as f64,
         );
         metric(
             "invalidations_total",
             "counter",
             "Blocks dropped from the cache.",
-            d.invalidations as f64,
+            &|s: &EngineStats| s.decisions.invalidations as f64,
         );
         metric(
             "bypassed_ios_total",
             "counter",
             "IOs that bypassed the cache.",
-            d.bypassed_ios as f64,
+            &|s: &EngineStats| s.decisions.bypassed_ios as f64,
         );
         metric(
             "bypassed_bytes_total",
             "counter",
             "Bytes that bypassed the cache.",
-            d.bypassed_bytes as f64,
+            &|s: &EngineStats| s.decisions.bypassed_bytes as f64,
         );
         metric(
             "resident_blocks",
             "gauge",
             "Blocks in the cache.",
-            d.resident as f64,
+            &|s: &EngineStats| s.decisions.resident as f64,
         );
         metric(
             "dirty_blocks",
             "gauge",
             "Dirty blocks in the cache.",
-            d.dirty as f64,
+            &|s: &EngineStats| s.decisions.dirty as f64,
         );
         metric(
             "capacity_blocks",
             "gauge",
             "Cache size in blocks.",
-            d.capacity as f64,
+            &|s: &EngineStats| s.decisions.capacity as f64,
         );
         metric(
             "read_bytes_total",
             "counter",
             "Bytes read by clients.",
-            self.read_bytes as f64,
+            &|s: &EngineStats| s.read_bytes as f64,
         );
         metric(
             "write_bytes_total",
             "counter",
             "Bytes written by clients.",
-            self.write_bytes as f64,
+            &|s: &EngineStats| s.write_bytes as f64,
         );
         metric(
             "writeback_bytes_total",
             "counter",
             "Bytes written back to the backing device.",
-            self.writeback_bytes as f64,
+            &|s: &EngineStats| s.writeback_bytes as f64,
         );
         metric(
             "cache_read_errors_total",
             "counter",
             "Failed reads of the cache device.",
-            self.cache_read_errors as f64,
+            &|s: &EngineStats| s.cache_read_errors as f64,
         );
         metric(
             "cache_write_errors_total",
             "counter",
             "Failed writes of the cache device.",
-            self.cache_write_errors as f64,
+            &|s: &EngineStats| s.cache_write_errors as f64,
         );
         metric(
             "backing_read_errors_total",
             "counter",
             "Failed reads of the backing device.",
-            self.backing_read_errors as f64,
+            &|s: &EngineStats| s.backing_read_errors as f64,
         );
         metric(
             "backing_write_errors_total",
             "counter",
             "Failed writes of the backing device.",
-            self.backing_write_errors as f64,
+            &|s: &EngineStats| s.backing_write_errors as f64,
         );
         metric(
             "cache_failed",
             "gauge",
             "1 when the cache device was taken out of use.",
-            if self.cache_state == "ok" { 0.0 } else { 1.0 },
+            &|s: &EngineStats| if s.cache_state == "ok" { 0.0 } else { 1.0 },
         );
         metric(
             "read_hit_ratio",
             "gauge",
             "Share of read blocks served from the cache.",
-            d.read_hit_ratio(),
+            &|s: &EngineStats| s.decisions.read_hit_ratio(),
         );
         out
     }
@@ -277,6 +299,25 @@ impl std::fmt::Display for EngineStats {
             self.cache_write_errors,
             self.backing_read_errors,
             self.backing_write_errors
-        )
+        )?;
+        for v in &self.volumes {
+            let (s, d) = (&v.stats, &v.stats.decisions);
+            write!(
+                f,
+                "\nvolume {:<12} {}  {} blocks ({} dirty)  reads {} IOs, hit ratio {:.2}%  writes {} IOs  \
+                 writebacks {}  bypassed {} IOs  backing errors {}",
+                v.name,
+                s.mode,
+                d.resident,
+                d.dirty,
+                d.read_ios,
+                d.read_hit_ratio() * 100.0,
+                d.write_ios,
+                d.writebacks,
+                d.bypassed_ios,
+                s.backing_read_errors + s.backing_write_errors
+            )?;
+        }
+        Ok(())
     }
 }

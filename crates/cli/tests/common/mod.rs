@@ -131,10 +131,12 @@ impl Served {
 
     fn command(&self) -> Command {
         let mut c = tiercache();
-        c.arg("serve")
-            .arg("--backing")
-            .arg(&self.backing)
-            .arg("--cache")
+        c.arg("serve");
+        // No backing: a pool, its `--volume NAME=PATH`s in `args`.
+        if !self.backing.is_empty() {
+            c.arg("--backing").arg(&self.backing);
+        }
+        c.arg("--cache")
             .arg(&self.cache)
             .arg("--socket")
             .arg(self.socket())
