@@ -183,26 +183,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         }
     };
     let engine = Arc::new(engine);
-    for (id, name) in engine.volume_names() {
-        let st = engine.volume_stats(id)?;
-        log::info!(
-            "volume {name}: {} ({} bytes), mode {}",
-            pool.iter()
-                .find(|v| v.name.as_deref().unwrap_or(&name) == name)
-                .map_or(String::new(), |v| v.backing.describe()),
-            st.backing_bytes,
-            st.mode
-        );
-    }
-    log::info!(
-        "serving {} volume(s) cached by {} ({} blocks of {} bytes), mode {}, policy {}",
-        engine.volume_names().len(),
-        cache.describe(),
-        engine.capacity(),
-        engine.block_size(),
-        engine.mode(),
-        engine.stats().policy
-    );
+    log_serving(&engine, &pool, &*cache)?;
     let cleaner = Cleaner::spawn(
         engine.clone(),
         CleanerConfig {
@@ -423,6 +404,42 @@ impl FrontEnd {
             FrontEnd::Ublk(u) => u.stop(),
         }
     }
+}
+
+/// What is served, in the log: the backing device of a pool of one, or
+/// each volume of a pool, then the cache.
+fn log_serving(
+    engine: &Engine,
+    pool: &[PoolVolume],
+    cache: &dyn tiercache_device::BlockDevice,
+) -> Result<()> {
+    let names = engine.volume_names();
+    let what = if let [(_, _)] = names.as_slice() {
+        format!("{} ({} bytes)", pool[0].backing.describe(), engine.size())
+    } else {
+        for (id, name) in &names {
+            let st = engine.volume_stats(*id)?;
+            let device = pool
+                .iter()
+                .find(|v| v.name.as_deref() == Some(name.as_str()))
+                .map_or(String::new(), |v| v.backing.describe());
+            log::info!(
+                "volume {name}: {device} ({} bytes), mode {}",
+                st.backing_bytes,
+                st.mode
+            );
+        }
+        format!("{} volumes", names.len())
+    };
+    log::info!(
+        "serving {what} cached by {} ({} blocks of {} bytes), mode {}, policy {}",
+        cache.describe(),
+        engine.capacity(),
+        engine.block_size(),
+        engine.mode(),
+        engine.stats().policy
+    );
+    Ok(())
 }
 
 fn announce(s: &ServeSettings, front: &FrontEnd) {
