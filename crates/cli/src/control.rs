@@ -1,5 +1,6 @@
-//! The control socket: `stats`, `flush`, `detach` and `set-mode` talk to a
-//! running server through a Unix socket (mode 0600, never on the network).
+//! The control socket: `stats`, `flush`, `detach`, `set-mode`, `attach` and
+//! `detach-volume` talk to a running server through a Unix socket (mode
+//! 0600, never on the network).
 //!
 //! Protocol: the client sends one JSON request on one line; the server
 //! answers with zero or more `progress` lines, then one final line
@@ -26,6 +27,19 @@ pub enum Request {
     Detach,
     SetMode {
         mode: CacheMode,
+        /// One volume of a pool (default: every volume).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        volume: Option<String>,
+    },
+    /// Adds a volume to the pool: `backing` as for `serve --backing`.
+    Attach {
+        name: String,
+        backing: String,
+    },
+    /// Takes a volume out of the pool: its dirty blocks written back (with
+    /// progress), its slots freed, its export gone; the others undisturbed.
+    DetachVolume {
+        name: String,
     },
 }
 
@@ -38,9 +52,23 @@ pub enum Reply {
     Error { message: String },
 }
 
+/// How the running service adds and removes a pool's volumes (the front
+/// end's part: the export).
+pub trait PoolControl: Send + Sync {
+    /// Opens `backing`, attaches it to the engine as `name` and exports it;
+    /// returns where it is served.
+    fn attach(&self, name: &str, backing: &str) -> Result<String>;
+    /// Stops exporting `name` (connections already on it get errors once
+    /// it is detached).
+    fn unexport(&self, name: &str);
+}
+
 /// What the control server needs from the running service.
 pub struct ControlTarget {
     pub engine: Arc<Engine>,
+    /// The pool's attach and detach; `None` where the front end cannot
+    /// change (ublk, a server without a cache).
+    pub pool: Option<Box<dyn PoolControl>>,
     /// Set when a detach completed: the server should stop.
     pub detached: Arc<AtomicBool>,
     /// Called after a detach to wake the main loop.
@@ -173,17 +201,46 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
     };
     let reply = match req {
         Request::Stats => Reply::Stats(Box::new(t.engine.stats())),
-        Request::SetMode { mode } => match t.engine.set_mode(mode) {
-            Ok(()) => {
-                log::info!("mode set to {mode}");
-                Reply::Ok {
-                    message: format!("mode is now {mode}"),
-                }
+        Request::SetMode { mode, volume } => match set_mode(&t.engine, mode, volume.as_deref()) {
+            Ok(message) => {
+                log::info!("{message}");
+                Reply::Ok { message }
             }
             Err(e) => Reply::Error {
                 message: e.to_string(),
             },
         },
+        Request::Attach { name, backing } => match &t.pool {
+            None => Reply::Error {
+                message: "this server cannot attach volumes (ublk serves one volume)".into(),
+            },
+            Some(p) => match p.attach(&name, &backing) {
+                Ok(message) => {
+                    log::info!("{message}");
+                    Reply::Ok { message }
+                }
+                Err(e) => Reply::Error {
+                    message: format!("attach {name}: {e:#}"),
+                },
+            },
+        },
+        Request::DetachVolume { name } => {
+            let mut last_sent = std::time::Instant::now();
+            match detach_volume(t, &name, |done, total| {
+                if last_sent.elapsed().as_millis() >= 100 || done == total {
+                    last_sent = std::time::Instant::now();
+                    let _ = send(&mut w, &Reply::Progress { done, total });
+                }
+            }) {
+                Ok(message) => {
+                    log::info!("{message}");
+                    Reply::Ok { message }
+                }
+                Err(e) => Reply::Error {
+                    message: format!("detach {name}: {e:#}"),
+                },
+            }
+        }
         Request::Flush | Request::Detach => {
             let detach = req == Request::Detach;
             if detach {
@@ -218,6 +275,50 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
         }
     };
     send(&mut w, &reply)
+}
+
+/// Sets the mode of volume `name`, or of every volume.
+fn set_mode(engine: &Engine, mode: CacheMode, name: Option<&str>) -> Result<String> {
+    match name {
+        None => {
+            for (id, _) in engine.volume_names() {
+                engine.set_volume_mode(id, mode)?;
+            }
+            engine.set_mode(mode)?;
+            Ok(format!("mode is now {mode}"))
+        }
+        Some(name) => {
+            let id = volume_id(engine, name)?;
+            engine.set_volume_mode(id, mode)?;
+            Ok(format!("volume {name}: mode is now {mode}"))
+        }
+    }
+}
+
+fn volume_id(engine: &Engine, name: &str) -> Result<tiercache_types::VolumeId> {
+    engine
+        .volume_names()
+        .into_iter()
+        .find(|(_, n)| n == name)
+        .map(|(id, _)| id)
+        .with_context(|| format!("no volume named {name:?} in this pool"))
+}
+
+/// Takes volume `name` out of the pool: no new connections to it, its
+/// dirty blocks written back, its slots freed.
+fn detach_volume(t: &ControlTarget, name: &str, progress: impl FnMut(u64, u64)) -> Result<String> {
+    let id = volume_id(&t.engine, name)?;
+    let Some(pool) = &t.pool else {
+        bail!("this server cannot detach volumes");
+    };
+    if id.0 == 0 {
+        bail!("{name} is the pool's first volume, which stays while the server runs");
+    }
+    pool.unexport(name);
+    t.engine.detach_volume(id, progress)?;
+    Ok(format!(
+        "volume {name} detached: every dirty block written back, its backing device is whole"
+    ))
 }
 
 /// Sends `req` to the server at `path`, calling `on_progress` for progress
@@ -269,13 +370,24 @@ mod tests {
             Request::Detach,
             Request::SetMode {
                 mode: CacheMode::WriteBack,
+                volume: None,
             },
+            Request::SetMode {
+                mode: CacheMode::WriteBack,
+                volume: Some("vm1".into()),
+            },
+            Request::Attach {
+                name: "vm2".into(),
+                backing: "/dev/sdc".into(),
+            },
+            Request::DetachVolume { name: "vm2".into() },
         ] {
             let s = serde_json::to_string(&r).unwrap();
             assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         }
         let s = serde_json::to_string(&Request::SetMode {
             mode: CacheMode::WriteAround,
+            volume: None,
         })
         .unwrap();
         assert_eq!(s, r#"{"cmd":"set-mode","mode":"writearound"}"#);

@@ -3,6 +3,7 @@
 mod control;
 mod devices;
 mod export;
+mod pool;
 mod serve;
 mod sim;
 mod ublk;
@@ -54,6 +55,26 @@ enum Command {
     SetMode {
         /// writethrough, writeback, writearound or passthrough.
         mode: CacheMode,
+        /// Only this volume of a pool (default: every volume).
+        #[arg(long)]
+        volume: Option<String>,
+        #[command(flatten)]
+        control: ControlArgs,
+    },
+    /// Add a volume to a running pool: NAME=BACKING (BACKING as for
+    /// `serve --backing`); it is exported over NBD as NAME at once.
+    Attach {
+        #[arg(value_name = "NAME=BACKING")]
+        volume: String,
+        #[command(flatten)]
+        control: ControlArgs,
+    },
+    /// Take a volume out of a running pool: its dirty blocks are written
+    /// back (with progress), its cache blocks freed, its export removed;
+    /// the other volumes are undisturbed.
+    DetachVolume {
+        #[arg(value_name = "NAME")]
+        volume: String,
         #[command(flatten)]
         control: ControlArgs,
     },
@@ -692,9 +713,27 @@ fn main() {
         Command::Stats(a) => stats(&a),
         Command::Flush(c) => control_call(&c, control::Request::Flush, "flushing"),
         Command::Detach(c) => control_call(&c, control::Request::Detach, "detaching"),
-        Command::SetMode { mode, control } => {
-            control_call(&control, control::Request::SetMode { mode }, "set-mode")
-        }
+        Command::Attach { volume, control } => VolumeArg::parse(&volume).and_then(|v| {
+            let req = control::Request::Attach {
+                name: v.name.unwrap_or_default(),
+                backing: v.spec,
+            };
+            control_call(&control, req, "attach")
+        }),
+        Command::DetachVolume { volume, control } => control_call(
+            &control,
+            control::Request::DetachVolume { name: volume },
+            "detaching volume",
+        ),
+        Command::SetMode {
+            mode,
+            volume,
+            control,
+        } => control_call(
+            &control,
+            control::Request::SetMode { mode, volume },
+            "set-mode",
+        ),
         Command::PlotFio { dir, out, log_msec } => {
             let out = out.unwrap_or_else(|| dir.join("plots"));
             tiercache_bench::fio_dir::plot_dir(&dir, &out, log_msec.max(1)).map(|files| {

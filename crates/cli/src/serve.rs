@@ -216,6 +216,16 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         ctl,
         Arc::new(ControlTarget {
             engine: engine.clone(),
+            pool: match &front {
+                FrontEnd::Nbd(server) => Some(Box::new(crate::pool::NbdPool {
+                    engine: engine.clone(),
+                    exports: server.exports(),
+                    cache: cache_spec.clone(),
+                    mode: s.mode,
+                    sequential_cutoff: s.sequential_cutoff,
+                })),
+                FrontEnd::Ublk(_) => None,
+            },
             detached: detached.clone(),
             on_detach: Box::new(move || stop2.store(true, Ordering::SeqCst)),
         }),

@@ -97,6 +97,43 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
             "{name} returned another volume's data or lost its own"
         );
     }
+
+    // Online: attach vm-c, write to it, set its mode alone, detach it
+    // (written back, export gone); vm-a serves on throughout.
+    let c = dir.path().join("c.img");
+    sparse_file(&c, 8 * MIB);
+    let ctl = |args: &[&str]| {
+        let mut cmd = tiercache();
+        cmd.args(args).arg("--control").arg(s.control());
+        run(&mut cmd)
+    };
+    let out = ctl(&["attach", &format!("vm-c={}", c.display())]);
+    assert!(out.contains("volume vm-c attached"), "{out}");
+    let dc = pattern(3, (2 * MIB) as usize);
+    let fc = dir.path().join("dc");
+    std::fs::write(&fc, &dc).unwrap();
+    run(Command::new("nbdcopy").arg(&fc).arg(export_uri(&s, "vm-c")));
+    let out = ctl(&["set-mode", "writethrough", "--volume", "vm-c"]);
+    assert!(out.contains("vm-c: mode is now writethrough"), "{out}");
+    assert!(
+        !std::fs::read(&c).unwrap().starts_with(&dc[..65536]),
+        "still dirty"
+    );
+    let out = ctl(&["detach-volume", "vm-c"]);
+    assert!(out.contains("volume vm-c detached"), "{out}");
+    assert!(std::fs::read(&c).unwrap().starts_with(&dc), "written back");
+    let list = run(Command::new("nbdinfo")
+        .arg("--list")
+        .arg(format!("nbd+unix:///?socket={}", s.socket().display())));
+    assert!(!list.contains("vm-c") && list.contains("vm-a"), "{list}");
+    let out = dir.path().join("vm-a.again");
+    run(Command::new("nbdcopy")
+        .arg(export_uri(&s, "vm-a"))
+        .arg(&out));
+    assert!(std::fs::read(&out).unwrap()[..da.len()] == da[..]);
+    s.stop();
+    // vm-c left the pool: the pool starts without it.
+    s.restart();
     s.stop();
 
     // Without vm-b, the pool is refused, naming it; so is a pool given a

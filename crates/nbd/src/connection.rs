@@ -17,8 +17,10 @@ use std::time::Instant;
 
 /// What a connection needs of its server.
 pub(crate) struct ConnEnv<'a> {
-    /// The exports a client may choose from.
-    pub(crate) exports: &'a [ExportEntry],
+    /// The exports a client may choose from: the server's list when the
+    /// connection arrived (exports added or removed later are for later
+    /// connections; a removed export's connections keep it).
+    pub(crate) exports: std::sync::Arc<Vec<ExportEntry>>,
     /// The server's tunables.
     pub(crate) config: &'a ServerConfig,
     /// Set when the server stops.
@@ -46,7 +48,7 @@ pub(crate) fn run(env: &ConnEnv<'_>, id: u64, socket: Socket, peer: &str) {
     let mut reader = BufReader::with_capacity(HANDSHAKE_READ_BUF, read_half);
     let mut writer = Stream::Plain(socket);
     let mut params = HandshakeParams {
-        exports: env.exports,
+        exports: &env.exports,
         max_block: cfg.max_block,
         shutting_down: env.stopping,
         max_options: cfg.max_options,

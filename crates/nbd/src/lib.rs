@@ -61,7 +61,7 @@ mod wire;
 pub use config::{ServerConfig, TlsMode};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
 pub use listener::Listener;
-pub use server::{RunningServer, Server};
+pub use server::{Exports, RunningServer, Server};
 pub use shutdown::ShutdownHandle;
 /// The front-end contract, from `tiercache-frontend` (re-exported so that
 /// users of this crate alone need no second import).

@@ -23,7 +23,9 @@ use std::time::Duration;
 use tiercache_frontend::Export;
 
 struct Inner {
-    exports: Vec<ExportEntry>,
+    /// Replaced whole when an export is added or removed (connections
+    /// keep the list they started with).
+    exports: parking_lot::RwLock<Arc<Vec<ExportEntry>>>,
     config: ServerConfig,
     signal: Arc<StopSignal>,
     slots: Slots,
@@ -35,7 +37,7 @@ impl Inner {
     /// What a connection needs of its server.
     fn env(&self) -> ConnEnv<'_> {
         ConnEnv {
-            exports: &self.exports,
+            exports: self.exports.read().clone(),
             config: &self.config,
             stopping: &self.signal.stop,
             slots: &self.slots,
@@ -51,6 +53,49 @@ pub struct Server {
     inner: Arc<Inner>,
 }
 
+/// The export list of a running server ([`RunningServer::exports`]):
+/// changes apply to connections that arrive afterwards.
+#[derive(Clone)]
+pub struct Exports {
+    inner: Arc<Inner>,
+}
+
+impl Exports {
+    /// Adds an export for connections from now on. Refused (nothing
+    /// changes) if its name is taken or its block sizes are invalid.
+    pub fn add_export(&self, entry: ExportEntry) -> io::Result<()> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        let mut exports = self.inner.exports.write();
+        if exports.iter().any(|e| e.name == entry.name) {
+            return Err(invalid(format!("duplicate export name {:?}", entry.name)));
+        }
+        if entry.name.len() > proto::MAX_STRING_LEN {
+            return Err(invalid(format!("export name too long: {:?}", entry.name)));
+        }
+        entry
+            .export
+            .block_size_constraints()
+            .validate(entry.export.size())
+            .map_err(|m| invalid(format!("export {:?}: {m}", entry.name)))?;
+        let mut next = (**exports).clone();
+        next.push(entry);
+        *exports = Arc::new(next);
+        Ok(())
+    }
+
+    /// Removes export `name` for connections from now on (those already
+    /// using it keep it). False if there is no such export.
+    pub fn remove_export(&self, name: &str) -> bool {
+        let mut exports = self.inner.exports.write();
+        if !exports.iter().any(|e| e.name == name) {
+            return false;
+        }
+        let next: Vec<ExportEntry> = exports.iter().filter(|e| e.name != name).cloned().collect();
+        *exports = Arc::new(next);
+        true
+    }
+}
+
 /// A server running on its own thread (see [`Server::spawn`]).
 pub struct RunningServer {
     handle: ShutdownHandle,
@@ -62,6 +107,13 @@ impl RunningServer {
     /// A handle to stop the server from elsewhere.
     pub fn handle(&self) -> ShutdownHandle {
         self.handle.clone()
+    }
+
+    /// A handle to add and remove exports while the server runs.
+    pub fn exports(&self) -> Exports {
+        Exports {
+            inner: self.inner.clone(),
+        }
     }
 
     /// Connections currently open (in handshake or transmission).
@@ -118,7 +170,7 @@ impl Server {
         Ok(Server {
             inner: Arc::new(Inner {
                 slots: Slots::new(config.max_connections),
-                exports,
+                exports: parking_lot::RwLock::new(Arc::new(exports)),
                 config,
                 signal: Arc::new(StopSignal::new()?),
                 next_id: AtomicU64::new(0),
@@ -226,7 +278,7 @@ impl Server {
             &inner.slots,
             inner.config.shutdown_grace,
             threads,
-            &inner.exports,
+            &inner.exports.read().clone(),
         )
     }
 }
