@@ -158,3 +158,60 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
     let err = both.expect_refusal();
     assert!(err.contains("not both"), "{err}");
 }
+
+#[test]
+fn kill_9_loses_no_flushed_write_of_any_volume() {
+    let t = "kill_9_loses_no_flushed_write_of_any_volume";
+    if !have("nbdcopy", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.img");
+    sparse_file(&cache, 32 * MIB);
+    let mut args: Vec<String> = Vec::new();
+    for v in ["v1", "v2", "v3"] {
+        let p = dir.path().join(format!("{v}.img"));
+        sparse_file(&p, 8 * MIB);
+        args.push("--volume".into());
+        args.push(format!("{v}={}", p.display()));
+    }
+    for a in [
+        "--create",
+        "--mode",
+        "writeback",
+        "--block-size",
+        "64k",
+        "--writeback-target",
+        "1",
+        "--writeback-idle-after",
+        "3600",
+    ] {
+        args.push(a.into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut s = Served::spawn(dir.path(), "", &cache.display().to_string(), &args);
+    let mut written = Vec::new();
+    for (k, v) in ["v1", "v2", "v3"].iter().enumerate() {
+        let data = pattern(10 + k as u64, (3 * MIB) as usize);
+        let f = dir.path().join(format!("{v}.src"));
+        std::fs::write(&f, &data).unwrap();
+        // --flush: acknowledged and flushed before nbdcopy returns.
+        run(Command::new("nbdcopy")
+            .arg("--flush")
+            .arg(&f)
+            .arg(export_uri(&s, v)));
+        written.push((v.to_string(), data));
+    }
+    s.kill();
+    s.restart();
+    assert!(s.log().contains("an unclean shutdown"), "{}", s.log());
+    for (v, data) in &written {
+        let out = dir.path().join(format!("{v}.out"));
+        run(Command::new("nbdcopy").arg(export_uri(&s, v)).arg(&out));
+        assert!(
+            std::fs::read(&out).unwrap()[..data.len()] == data[..],
+            "{v} lost flushed writes or got another volume's"
+        );
+    }
+    s.stop();
+}

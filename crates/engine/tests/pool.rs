@@ -233,3 +233,53 @@ fn bad_attachments_are_refused() {
         ]
     );
 }
+
+#[test]
+fn a_failing_backing_device_fails_its_own_volume_alone() {
+    use tiercache_device::FaultDevice;
+    let cfg = config(
+        CacheMode::WriteThrough,
+        ReplacementKind::Lru,
+        AdmissionKind::Always,
+        BS,
+        0,
+    );
+    let r = rig(VOLUME_BYTES, 16, &cfg);
+    let engine = Arc::new(r.engine);
+    let faulty = Arc::new(FaultDevice::new(MemDevice::new(VOLUME_BYTES)));
+    let id = engine
+        .attach_volume(
+            "flaky",
+            "",
+            faulty.clone() as Arc<dyn BlockDevice>,
+            CacheMode::WriteThrough,
+            0,
+        )
+        .unwrap();
+    let (good, bad) = (
+        engine.volume_handle(VolumeId(0)).unwrap(),
+        engine.volume_handle(id).unwrap(),
+    );
+    let data = pattern(0, BS as usize, 5);
+    good.write(0, &data, false).unwrap();
+    faulty.fail_all();
+    let mut buf = vec![0u8; BS as usize];
+    assert!(matches!(
+        bad.read(BS as u64 * 3, &mut buf),
+        Err(EngineError::Backing { .. })
+    ));
+    assert!(bad.write(BS as u64 * 3, &data, false).is_err());
+    // The other volume serves on, and the errors are counted where they
+    // happened.
+    good.read(0, &mut buf).unwrap();
+    assert_eq!(buf, data);
+    good.write(BS as u64, &data, true).unwrap();
+    assert!(bad.stats().backing_read_errors > 0 && bad.stats().backing_write_errors > 0);
+    assert_eq!(
+        good.stats().backing_read_errors + good.stats().backing_write_errors,
+        0
+    );
+    assert_eq!(engine.stats().cache_state, "ok");
+    faulty.heal();
+    bad.read(BS as u64 * 3, &mut buf).unwrap();
+}
