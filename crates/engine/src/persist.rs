@@ -718,8 +718,34 @@ impl Engine {
                 return Ok(());
             }
             if has_claims {
-                // A clean claim says the backing device holds this data.
-                self.flush_backing_devices()?;
+                // A clean claim says the backing device holds this data:
+                // flush the backing devices of the volumes claimed. A volume
+                // whose device fails keeps its claims out of this commit
+                // (its blocks stay as they were: dirty in memory, and the
+                // durable dirty claim still true), so one failing volume
+                // holds up no other.
+                let mut claimed: Vec<VolumeId> = batch
+                    .iter()
+                    .filter(|r| r.claim_gen.is_some())
+                    .filter_map(|r| r.entry.map(|e| e.volume))
+                    .collect();
+                claimed.sort_unstable();
+                claimed.dedup();
+                let mut failed = Vec::new();
+                for id in claimed {
+                    let Ok(vol) = self.volume(id) else { continue };
+                    if let Err(e) = vol.backing.flush() {
+                        let e = vol.backing_err(e, true);
+                        log::warn!("volume {}: {e}; its clean claims wait", vol.name);
+                        failed.push(id);
+                    }
+                }
+                if !failed.is_empty() {
+                    batch.retain(|r| {
+                        r.claim_gen.is_none()
+                            || !r.entry.is_some_and(|e| failed.contains(&e.volume))
+                    });
+                }
             }
             for r in batch.iter_mut() {
                 if let Some(gen) = r.claim_gen {

@@ -191,3 +191,49 @@ fn a_pool_opens_only_with_all_of_its_volumes_and_remembers_attach_and_detach() {
     let e = open(&cache, &[volume("a", &a), volume("c", &c)]).unwrap();
     assert!(read(&e, id, 0, dbb.len()).iter().all(|&x| x == 0));
 }
+
+#[test]
+fn a_volume_whose_backing_device_fails_holds_up_no_other_volume() {
+    use tiercache_device::FaultDevice;
+    let cache = Arc::new(MemDevice::new(64 * MIB));
+    let good = Arc::new(MemDevice::new(8 * MIB));
+    let flaky = Arc::new(FaultDevice::new(MemDevice::new(8 * MIB)));
+    let vols = [
+        volume("good", &good),
+        PoolVolume {
+            name: Some("flaky".into()),
+            backing: flaky.clone() as Arc<dyn BlockDevice>,
+            path: "/dev/flaky".into(),
+        },
+    ];
+    let cfg = EngineConfig {
+        mode: CacheMode::WriteThrough,
+        ..config()
+    };
+    let e = Arc::new(
+        Engine::create_pool(
+            &vols,
+            cache.clone() as Arc<dyn BlockDevice>,
+            &cfg,
+            Arc::new(ManualClock::default()),
+            None,
+        )
+        .unwrap(),
+    );
+    let (g, f) = (
+        e.volume_handle(VolumeId(0)).unwrap(),
+        e.volume_handle(VolumeId(1)).unwrap(),
+    );
+    // Reads promote clean blocks on both: clean claims of both volumes
+    // wait for the next commit, which flushes the backing devices.
+    let mut buf = vec![0u8; 4 * BS];
+    g.read(0, &mut buf).unwrap();
+    f.read(0, &mut buf).unwrap();
+    flaky.fail_all();
+    g.write(8 * BS as u64, &pattern(0, BS, 4), false).unwrap();
+    g.flush()
+        .expect("the good volume's flush does not depend on the failing one");
+    assert!(f.flush().is_err());
+    flaky.heal();
+    f.flush().unwrap();
+}
