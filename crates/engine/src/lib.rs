@@ -201,9 +201,8 @@ impl Engine {
     /// RAM used per cache block by the mapping, policy and slot states.
     pub fn memory_bytes_per_block(&self) -> f64 {
         let d = self.director.lock();
-        let r = d.replacement();
-        (r.memory_bytes() + self.slots.memory_bytes() + self.claims.memory_bytes()) as f64
-            / r.capacity() as f64
+        (d.memory_bytes() + self.slots.memory_bytes() + self.claims.memory_bytes()) as f64
+            / d.capacity() as f64
     }
 
     /// Switches the cache mode online. Dirty blocks stay dirty and keep

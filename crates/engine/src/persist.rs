@@ -587,8 +587,7 @@ impl Engine {
             }
             let candidate = {
                 let d = self.director.lock();
-                let r = d.replacement();
-                r.oblock_of(c).filter(|&o| !r.is_dirty(o))
+                d.oblock_of(c).filter(|&o| !d.is_dirty(o))
             };
             let Some(o) = candidate else { continue };
             // Shared stripe lock: no in-place write of the block (those
@@ -596,8 +595,7 @@ impl Engine {
             let _locked = self.locks.shared(o.0..o.0 + 1);
             let gen = {
                 let d = self.director.lock();
-                let r = d.replacement();
-                if r.lookup(o) != Some(c) || r.is_dirty(o) || !self.slots.try_pin(c) {
+                if d.lookup(o) != Some(c) || d.is_dirty(o) || !self.slots.try_pin(c) {
                     continue;
                 }
                 claims::generation(self.claims.load(c))
@@ -615,9 +613,8 @@ impl Engine {
             }
             let crc = crc32c::crc32c(&buf[..n]);
             let d = self.director.lock();
-            let r = d.replacement();
-            if r.lookup(o) == Some(c)
-                && !r.is_dirty(o)
+            if d.lookup(o) == Some(c)
+                && !d.is_dirty(o)
                 && self.record_clean_claim(&d, o, c, gen, crc)
             {
                 claimed += 1;
@@ -883,8 +880,7 @@ impl Engine {
                 )));
             }
             if !detach {
-                let r = d.replacement();
-                r.for_each_resident(&mut |o, c, dirty| {
+                d.for_each_resident(&mut |o, c, dirty| {
                     // The committed claim's crc, if it describes the slot's
                     // current content.
                     let crc = if dirty || self.claims.load(c) & claims::CLAIMED == 0 {
@@ -899,7 +895,7 @@ impl Engine {
                         volume: o.volume(),
                         oblock: o.block(),
                         dirty,
-                        hint: r.hint(o),
+                        hint: d.hint(o),
                         crc,
                     });
                 });

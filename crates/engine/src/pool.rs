@@ -283,7 +283,7 @@ impl Engine {
             vol.detached.store(true, Ordering::Release);
             let mut d = self.director.lock();
             let mut mine = Vec::new();
-            d.replacement().for_each_resident(&mut |o, c, _| {
+            d.for_each_resident(&mut |o, c, _| {
                 if o.volume() == id {
                     mine.push((o, c));
                 }

@@ -705,6 +705,16 @@ impl Director {
         self.replacement.capacity()
     }
 
+    /// Calls `f(block, slot, dirty)` for every cached block.
+    pub fn for_each_resident(&self, f: &mut dyn FnMut(OriginBlock, CacheBlock, bool)) {
+        self.replacement.for_each_resident(f)
+    }
+
+    /// Heap bytes of the replacement policy's state (the mapping included).
+    pub fn memory_bytes(&self) -> usize {
+        self.replacement.memory_bytes()
+    }
+
     /// The pool's counters, gauges included.
     pub fn counters(&self) -> Counters {
         Counters {

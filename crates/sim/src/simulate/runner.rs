@@ -201,8 +201,7 @@ impl ConfigRunner {
             }
         }
         if self.fill.is_none() {
-            let rep = self.d.replacement();
-            if rep.len() >= rep.capacity() {
+            if self.d.resident_len() >= self.d.capacity() {
                 let (hits, refs) = self.hits_refs();
                 self.fill = Some((self.requests, hits, refs));
             }
