@@ -200,11 +200,9 @@ impl ConfigRunner {
                 }
             }
         }
-        if self.fill.is_none() {
-            if self.d.resident_len() >= self.d.capacity() {
-                let (hits, refs) = self.hits_refs();
-                self.fill = Some((self.requests, hits, refs));
-            }
+        if self.fill.is_none() && self.d.resident_len() >= self.d.capacity() {
+            let (hits, refs) = self.hits_refs();
+            self.fill = Some((self.requests, hits, refs));
         }
     }
 
