@@ -349,17 +349,9 @@ fn a_clean_restart_is_warm_and_refuses_the_wrong_backing_device() {
     let src = dir.path().join("src.img");
     std::fs::write(&src, &data).unwrap();
     // The cleaner left alone: nothing is written back while the test looks.
-    let quiet = [
-        "--mode",
-        "writeback",
-        "--block-size",
-        "64k",
-        "--writeback-target",
-        "1",
-        "--writeback-idle-after",
-        "3600",
-    ];
-    let mut s = Served::start(dir.path(), &quiet);
+    let mut args = vec!["--mode", "writeback", "--block-size", "64k"];
+    args.extend(QUIET_CLEANER);
+    let mut s = Served::start(dir.path(), &args);
     // Write 4 MiB (stays dirty in the cache), read it once, stop cleanly.
     run(Command::new("nbdcopy").arg(&src).arg(s.uri()));
     let st = s.stats();

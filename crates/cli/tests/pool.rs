@@ -33,7 +33,7 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
     let va = format!("vm-a={}", a.display());
     let vb = format!("vm-b={}", b.display());
     // Writeback with the cleaner quiet: the data stays in the cache only.
-    let args = [
+    let mut args = vec![
         "--volume",
         &va,
         "--volume",
@@ -43,11 +43,8 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
         "writeback",
         "--block-size",
         "64k",
-        "--writeback-target",
-        "1",
-        "--writeback-idle-after",
-        "3600",
     ];
+    args.extend(QUIET_CLEANER);
     let mut s = Served::spawn(dir.path(), "", &cache.display().to_string(), &args);
     let list = run(Command::new("nbdinfo")
         .arg("--list")
@@ -175,18 +172,9 @@ fn kill_9_loses_no_flushed_write_of_any_volume() {
         args.push("--volume".into());
         args.push(format!("{v}={}", p.display()));
     }
-    for a in [
-        "--create",
-        "--mode",
-        "writeback",
-        "--block-size",
-        "64k",
-        "--writeback-target",
-        "1",
-        "--writeback-idle-after",
-        "3600",
-    ] {
-        args.push(a.into());
+    let flags = ["--create", "--mode", "writeback", "--block-size", "64k"];
+    for a in flags.iter().chain(QUIET_CLEANER.iter()) {
+        args.push(a.to_string());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut s = Served::spawn(dir.path(), "", &cache.display().to_string(), &args);

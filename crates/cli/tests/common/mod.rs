@@ -62,6 +62,11 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// `serve` flags that keep the background cleaner from writing anything
+/// back while a test looks (no dirty target to reach, never idle enough):
+/// dirty blocks stay in the cache until the test says otherwise.
+pub const QUIET_CLEANER: [&str; 4] = ["--writeback-target", "1", "--writeback-idle-after", "3600"];
+
 /// `tiercache serve` as a child process, on a unix socket in `dir`.
 pub struct Served {
     pub dir: PathBuf,
