@@ -155,38 +155,44 @@ impl Settings {
     }
 }
 
+/// `bench` options as parsed from `args` (the program name first), for the
+/// crate's tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) fn parse_args<const N: usize>(args: [&str; N]) -> BenchArgs {
     use clap::Parser;
-
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         b: BenchArgs,
     }
+    Cli::parse_from(args).b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn defaults_and_full_sizes() {
-        let a = Cli::parse_from(["x"]).b;
+        let a = parse_args(["x"]);
         let s = Settings::resolve(&a).unwrap();
         assert_eq!(s.data_size, 32 << 20);
         assert_eq!(s.cache_size, 40 << 20);
         assert_eq!(s.junk_size, 40 << 20);
         assert_eq!((s.runtime, s.repeats), (10, 3));
-        let a = Cli::parse_from(["x", "--full"]).b;
+        let a = parse_args(["x", "--full"]);
         let s = Settings::resolve(&a).unwrap();
         assert_eq!(
             (s.data_size, s.cache_size, s.runtime, s.repeats),
             (4 << 30, 5 << 30, 1800, 1)
         );
-        let a = Cli::parse_from(["x", "--full", "--repeats", "2"]).b;
+        let a = parse_args(["x", "--full", "--repeats", "2"]);
         assert_eq!(Settings::resolve(&a).unwrap().repeats, 2);
-        let a = Cli::parse_from(["x", "--block-size", "3k"]).b;
+        let a = parse_args(["x", "--block-size", "3k"]);
         assert!(Settings::resolve(&a).is_err());
-        let a = Cli::parse_from(["x", "--repeats", "0"]).b;
+        let a = parse_args(["x", "--repeats", "0"]);
         assert!(Settings::resolve(&a).is_err());
-        let a = Cli::parse_from(["x", "--sweep", "--sweep-factors", "1,-2"]).b;
+        let a = parse_args(["x", "--sweep", "--sweep-factors", "1,-2"]);
         assert!(Settings::resolve(&a).is_err());
     }
 }

@@ -90,23 +90,17 @@ pub(crate) fn variants(a: &BenchArgs) -> Vec<Variant> {
 mod tests {
     use super::*;
     use crate::files::slug;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        b: BenchArgs,
-    }
+    use crate::settings::parse_args;
 
     #[test]
     fn variants_and_labels() {
-        let a = Cli::parse_from(["x", "--policies", "smq,lru+always", "--modes", "writeback"]).b;
+        let a = parse_args(["x", "--policies", "smq,lru+always", "--modes", "writeback"]);
         let v = variants(&a);
         assert_eq!(v.len(), 3);
         assert_eq!(v[1].label(false), "tiercache lru+always writeback");
         assert_eq!(v[2].label(false), "tiercache smq writeback (RAM cache)");
         assert!(v[2].ram && !v[0].ram);
-        let a = Cli::parse_from(["x", "--no-ram-cache"]).b;
+        let a = parse_args(["x", "--no-ram-cache"]);
         assert_eq!(variants(&a).len(), 1);
         assert_eq!(
             slug("tiercache lru, empty cache"),
