@@ -114,6 +114,7 @@ impl Engine {
             capacity,
             sequential_cutoff: config.sequential_cutoff,
             policy: config.policy.clone(),
+            utility_sharing: true,
         };
         let director = Director::new(&dcfg).map_err(|e| EngineError::Config(e.to_string()))?;
         Ok(Engine {

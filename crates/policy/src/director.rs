@@ -22,8 +22,12 @@
 //! Blocks are pool keys ([`OriginBlock::of`]); the mode and the sequential
 //! cutoff are per volume, the replacement and admission policies are
 //! shared. [`Director::new`] attaches volume 0 with the configured mode
-//! and cutoff, so a single-device cache is a pool of one.
+//! and cutoff, so a single-device cache is a pool of one. With two volumes
+//! or more, or any volume's limits set, insertions are steered so that
+//! volumes share the cache by their limits and marginal utility (see
+//! `sharing.rs`).
 
+use crate::sharing::{self, VolumeLimits, VolumeShare};
 use crate::volumes::{VolumeState, Volumes};
 use crate::{Admission, Insertion, PolicyConfig, PolicyError, Replacement, SequentialDetector};
 use serde::{Deserialize, Serialize};
@@ -40,6 +44,15 @@ pub struct DirectorConfig {
     /// Sequential cutoff in bytes; 0 disables sequential bypass.
     pub sequential_cutoff: u64,
     pub policy: PolicyConfig,
+    /// In a pool of two volumes or more, share the cache by each volume's
+    /// marginal utility (its live hit curve); when false only the volumes'
+    /// limits steer.
+    #[serde(default = "utility_sharing_default")]
+    pub utility_sharing: bool,
+}
+
+fn utility_sharing_default() -> bool {
+    true
 }
 
 impl DirectorConfig {
@@ -50,6 +63,7 @@ impl DirectorConfig {
             capacity,
             sequential_cutoff: 4 << 20,
             policy: PolicyConfig::default(),
+            utility_sharing: true,
         }
     }
 }
@@ -179,6 +193,13 @@ pub struct Director {
     block_size: u32,
     /// The pool's counters: every volume's events, detached ones included.
     counters: Counters,
+    utility_sharing: bool,
+    /// Whether insertions are steered (two volumes or more, or limits).
+    steering: bool,
+    /// Block references left until the targets are set again.
+    epoch_left: u64,
+    /// The volume that last gave up blocks for an under-target one.
+    donor: Option<VolumeId>,
 }
 
 impl Director {
@@ -218,7 +239,12 @@ impl Director {
             volumes: Volumes::default(),
             block_size: cfg.block_size,
             counters,
+            utility_sharing: cfg.utility_sharing,
+            steering: false,
+            epoch_left: 0,
+            donor: None,
         };
+        d.epoch_left = d.epoch_len();
         d.attach_volume(VolumeId(0), cfg.mode, cfg.sequential_cutoff);
         d
     }
@@ -230,14 +256,18 @@ impl Director {
             capacity: self.replacement.capacity() as u64,
             ..Counters::default()
         };
-        self.volumes.attach(
+        let share = VolumeShare::new(self.replacement.capacity(), VolumeLimits::default());
+        let attached = self.volumes.attach(
             volume,
             VolumeState {
                 mode,
                 sequential: SequentialDetector::new(cutoff),
                 counters,
+                share,
             },
-        )
+        );
+        self.update_steering();
+        attached
     }
 
     /// Detaches a volume that has no block in the cache (the caller wrote
@@ -254,7 +284,217 @@ impl Director {
             )));
         }
         self.volumes.detach(volume);
+        if self.donor == Some(volume) {
+            self.donor = None;
+        }
+        self.update_steering();
         Ok(c)
+    }
+
+    /// Sets `volume`'s guaranteed share and cap (blocks). Refused when the
+    /// share exceeds the cap, or the shares of all volumes together exceed
+    /// the cache.
+    pub fn set_volume_limits(
+        &mut self,
+        volume: VolumeId,
+        limits: VolumeLimits,
+    ) -> Result<(), PolicyError> {
+        if limits.cap.is_some_and(|c| c < limits.share) {
+            return Err(PolicyError::Invalid(format!(
+                "volume {volume}: share of {} blocks above its cap of {}",
+                limits.share,
+                limits.cap.unwrap_or(0)
+            )));
+        }
+        let others: u64 = self
+            .volumes
+            .iter()
+            .filter(|(id, _)| *id != volume)
+            .map(|(_, v)| v.share.limits.share)
+            .sum();
+        let capacity = self.replacement.capacity() as u64;
+        if others + limits.share > capacity {
+            return Err(PolicyError::Invalid(format!(
+                "volume {volume}: a share of {} blocks leaves too little: the shares would \
+                 add up to {} blocks in a cache of {capacity}",
+                limits.share,
+                others + limits.share
+            )));
+        }
+        let v = self
+            .volumes
+            .get_mut(volume)
+            .ok_or_else(|| PolicyError::Invalid(format!("volume {volume} is not attached")))?;
+        v.share.limits = limits;
+        self.update_steering();
+        self.set_targets();
+        Ok(())
+    }
+
+    /// `volume`'s limits (None if it is not attached).
+    pub fn volume_limits(&self, volume: VolumeId) -> Option<VolumeLimits> {
+        Some(self.volumes.get(volume)?.share.limits)
+    }
+
+    /// The blocks the sharing gives `volume` now: None when it is not
+    /// attached or no target is set (a pool of one without limits, or
+    /// before the first epoch).
+    pub fn volume_target(&self, volume: VolumeId) -> Option<u64> {
+        let t = self.volumes.get(volume)?.share.target;
+        (self.steering && t != u64::MAX).then_some(t)
+    }
+
+    /// What `extra` more blocks would be worth to `volume`: the share of
+    /// its recent block references they would turn from misses into hits
+    /// (0..1, from its live hit curve; None when no curve is kept).
+    pub fn volume_gain(&self, volume: VolumeId, extra: u64) -> Option<f64> {
+        let v = self.volumes.get(volume)?;
+        let curve = &v.share.curve;
+        if !self.steering || curve.total() <= 0.0 {
+            return None;
+        }
+        let unit = sharing::unit_blocks(self.replacement.capacity());
+        let now = v.counters.resident.div_ceil(unit) as usize;
+        let more = (v.counters.resident + extra).div_ceil(unit) as usize;
+        Some(((curve.hits(more) - curve.hits(now)) / curve.total()).max(0.0))
+    }
+
+    fn update_steering(&mut self) {
+        let volumes = self.volumes.iter().count();
+        let limited = self
+            .volumes
+            .iter()
+            .any(|(_, v)| v.share.limits != VolumeLimits::default());
+        self.steering = volumes >= 2 || limited;
+    }
+
+    /// References per sharing epoch.
+    fn epoch_len(&self) -> u64 {
+        (self.replacement.capacity() as u64).max(4096)
+    }
+
+    /// Sets every volume's target (see `sharing.rs`); without utility
+    /// sharing a volume's target is its share, capped.
+    fn set_targets(&mut self) {
+        self.donor = None;
+        if self.utility_sharing {
+            let mut shares: Vec<&mut VolumeShare> =
+                self.volumes.iter_mut().map(|v| &mut v.share).collect();
+            sharing::set_targets(self.replacement.capacity(), &mut shares);
+        } else {
+            for v in self.volumes.iter_mut() {
+                let l = v.share.limits;
+                v.share.target = l.share;
+            }
+        }
+    }
+
+    /// Records a reference to `oblock` in its volume's hit curve, and ends
+    /// the epoch when it is due.
+    fn note_reference(&mut self, oblock: OriginBlock) {
+        if !self.steering {
+            return;
+        }
+        if self.utility_sharing {
+            if let Some(v) = self.volumes.get_mut(oblock.volume()) {
+                v.share.curve.reference(oblock);
+            }
+        }
+        self.epoch_left -= 1;
+        if self.epoch_left == 0 {
+            self.epoch_left = self.epoch_len();
+            self.set_targets();
+        }
+    }
+
+    fn over_target(&self, volume: VolumeId) -> bool {
+        self.volumes
+            .get(volume)
+            .is_some_and(|v| v.counters.resident > v.share.target)
+    }
+
+    /// The volume most over its target, if any (the last donor while it
+    /// still is one, so the search is rare).
+    fn most_over_target(&mut self) -> Option<VolumeId> {
+        if let Some(d) = self.donor.filter(|&d| self.over_target(d)) {
+            return Some(d);
+        }
+        self.donor = self
+            .volumes
+            .iter()
+            .filter(|(_, v)| v.counters.resident > v.share.target)
+            .max_by_key(|(_, v)| v.counters.resident - v.share.target)
+            .map(|(id, _)| id);
+        self.donor
+    }
+
+    /// Inserts `oblock`, steering the victim's choice when the pool's
+    /// sharing asks for it (see `sharing.rs`).
+    fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
+        if self.steering {
+            if let Some(steered) = self.steered_insert(oblock, now) {
+                return steered;
+            }
+        }
+        self.replacement.insert(oblock, now)
+    }
+
+    /// `Some(result)` when the sharing chose the victim, `None` to leave
+    /// the choice to the replacement policy.
+    fn steered_insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Option<Insertion>> {
+        let volume = oblock.volume();
+        let full = self.replacement.len() >= self.replacement.capacity();
+        let v = self.volumes.get(volume)?;
+        let at_cap = v.share.limits.cap.is_some_and(|c| v.counters.resident >= c);
+        let donor = if at_cap {
+            volume
+        } else if full {
+            let victim = self.replacement.peek_victim()?;
+            if self.over_target(victim.volume()) {
+                return None;
+            }
+            if self.over_target(volume) {
+                volume
+            } else {
+                self.most_over_target()?
+            }
+        } else {
+            return None;
+        };
+        let replacement = &*self.replacement;
+        let picked = self
+            .volumes
+            .get_mut(donor)
+            .and_then(|d| d.share.pick_victim(donor, replacement));
+        let Some(gone) = picked else {
+            // A capped volume with no clean block found stays at its cap.
+            return at_cap.then_some(None);
+        };
+        // Counted as an eviction by the caller, from the Insertion.
+        let slot = self
+            .replacement
+            .remove(gone)
+            .expect("the hand found it resident");
+        let placed = if full {
+            // The only free slot is the one just freed: insert takes it.
+            let ins = self
+                .replacement
+                .insert(oblock, now)
+                .expect("a slot was freed");
+            debug_assert_eq!((ins.cblock, ins.evicted), (slot, None));
+            ins.cblock == slot && ins.evicted.is_none()
+        } else {
+            // Other slots are free: put the block exactly in the freed one.
+            self.replacement.restore(oblock, slot, false, 0)
+        };
+        assert!(
+            placed,
+            "steered insertion of {oblock} did not reuse slot {slot}"
+        );
+        Some(Some(Insertion {
+            cblock: slot,
+            evicted: Some(gone),
+        }))
     }
 
     /// The attached volumes, in id order.
@@ -483,6 +723,7 @@ impl Director {
     /// Plans one block of a read IO.
     pub fn plan_read(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) -> ReadPlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
+        self.note_reference(oblock);
         let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
             if mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
@@ -509,7 +750,7 @@ impl Director {
         {
             return ReadPlan::Miss;
         }
-        match self.replacement.insert(oblock, now) {
+        match self.insert(oblock, now) {
             Some(ins) => {
                 self.note_insertion(oblock, &ins);
                 ReadPlan::Promote(ins)
@@ -529,6 +770,7 @@ impl Director {
         now: Time,
     ) -> WritePlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
+        self.note_reference(oblock);
         let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
             let dirty = self.replacement.is_dirty(oblock);
@@ -595,7 +837,7 @@ impl Director {
         if !allocate {
             return WritePlan::Backing;
         }
-        let Some(ins) = self.replacement.insert(oblock, now) else {
+        let Some(ins) = self.insert(oblock, now) else {
             return WritePlan::Backing;
         };
         self.note_insertion(oblock, &ins);

@@ -3,6 +3,7 @@
 //! detector (one volume's scan says nothing of another's IO) and its own
 //! counters, while the replacement policy and admission are shared by all.
 
+use crate::sharing::VolumeShare;
 use crate::{Counters, SequentialDetector};
 use tiercache_types::{CacheMode, VolumeId};
 
@@ -15,6 +16,8 @@ pub(crate) struct VolumeState {
     /// volume's blocks by every insertion, eviction, removal and dirty
     /// change the director makes.
     pub(crate) counters: Counters,
+    /// Its limits, hit curve and target in the shared cache.
+    pub(crate) share: VolumeShare,
 }
 
 /// The attached volumes, indexed by [`VolumeId`].
@@ -53,6 +56,13 @@ impl Volumes {
     pub(crate) fn of_mut(&mut self, id: VolumeId) -> &mut VolumeState {
         self.get_mut(id)
             .unwrap_or_else(|| panic!("volume {id} is not attached to the director"))
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (VolumeId, &VolumeState)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((VolumeId(i as u16), s.as_ref()?)))
     }
 
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut VolumeState> {

@@ -7,12 +7,13 @@
 //! mode that allows it; an evicted block was resident and clean, and its
 //! slot is the one reused; a Dirty plan leaves the block dirty, a Through
 //! plan leaves it clean); the replacement's mapping equals the model; the
-//! gauges in `counters()` match.
+//! gauges in `counters()` match; a volume at its cap never grows (the
+//! pool's sharing steers victims: its evictions must look like any other).
 
 use proptest::prelude::*;
 use std::collections::HashMap;
 use tiercache_policy::director::{ReadPlan, WritePlan};
-use tiercache_policy::{Director, DirectorConfig, Insertion, PolicyConfig};
+use tiercache_policy::{Director, DirectorConfig, Insertion, PolicyConfig, VolumeLimits};
 use tiercache_types::{
     Access, AdmissionKind, CacheBlock, CacheMode, OriginBlock, ReplacementKind, Time, VolumeId,
 };
@@ -27,6 +28,8 @@ enum Op {
     Invalidate(u16, u64),
     AbortPromotion(u16, u64),
     SetMode(u16, CacheMode),
+    /// Share and cap (None: no cap) in blocks.
+    SetLimits(u16, u64, Option<u64>),
 }
 
 /// Volumes of the pool under test: each op names one.
@@ -46,6 +49,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (v(), 0..40u64).prop_map(|(v, b)| Op::Invalidate(v, b)),
         1 => (v(), 0..40u64).prop_map(|(v, b)| Op::AbortPromotion(v, b)),
         1 => (v(), proptest::sample::select(CacheMode::ALL)).prop_map(|(v, m)| Op::SetMode(v, m)),
+        1 => (v(), 0..4u64, proptest::option::of(0..8u64))
+            .prop_map(|(v, s, c)| Op::SetLimits(v, s, c)),
     ]
 }
 
@@ -94,8 +99,12 @@ fn run(
             | Op::MarkClean(v, _)
             | Op::Invalidate(v, _)
             | Op::AbortPromotion(v, _)
-            | Op::SetMode(v, _) => v,
+            | Op::SetMode(v, _)
+            | Op::SetLimits(v, ..) => v,
         };
+        let resident_before: Vec<u64> = (0..VOLUMES)
+            .map(|v| d.volume_counters(VolumeId(v)).expect("attached").resident)
+            .collect();
         let mode = d.mode(VolumeId(vol));
         match *op {
             Op::Read(v, b, n) => {
@@ -189,6 +198,34 @@ fn run(
                 model.remove(&o);
             }
             Op::SetMode(v, m) => d.set_mode(VolumeId(v), m),
+            Op::SetLimits(v, share, cap) => {
+                let limits = VolumeLimits { share, cap };
+                let others: u64 = (0..VOLUMES)
+                    .filter(|&w| w != v)
+                    .map(|w| d.volume_limits(VolumeId(w)).expect("attached").share)
+                    .sum();
+                let valid = cap.is_none_or(|c| c >= share) && others + share <= capacity as u64;
+                let set = d.set_volume_limits(VolumeId(v), limits);
+                prop_assert_eq!(set.is_ok(), valid, "{:?}", set);
+                if valid {
+                    prop_assert_eq!(d.volume_limits(VolumeId(v)), Some(limits));
+                }
+            }
+        }
+        for v in 0..VOLUMES {
+            let cap = d.volume_limits(VolumeId(v)).expect("attached").cap;
+            let now = d.volume_counters(VolumeId(v)).expect("attached").resident;
+            if let Some(cap) = cap {
+                let before = resident_before[v as usize];
+                prop_assert!(
+                    now <= cap.max(before),
+                    "volume {} grew from {} to {} past its cap {}",
+                    v,
+                    before,
+                    now,
+                    cap
+                );
+            }
         }
         let r = d.replacement();
         let mut seen = 0usize;

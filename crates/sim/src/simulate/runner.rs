@@ -82,6 +82,7 @@ impl ConfigRunner {
             capacity,
             sequential_cutoff: spec.sequential_cutoff,
             policy: policy.clone(),
+            utility_sharing: true,
         };
         let d = Director::new(&cfg).map_err(|e| e.to_string())?;
         let bs = spec.block_size as u64;
