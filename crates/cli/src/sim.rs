@@ -95,6 +95,12 @@ pub struct SimArgs {
     /// Draw miss ratio against cache size per policy (PNG) here.
     #[arg(long)]
     png: Option<PathBuf>,
+    /// A multi-volume trace as one pool: every volume its own volume of
+    /// the shared cache (as `serve --volume` does), then, per cache size
+    /// and for the first policy, the shared cache's hits against the best
+    /// static split and equal slices, and the busiest volumes.
+    #[arg(long, requires = "trace")]
+    pool: bool,
 }
 
 pub fn run(a: &SimArgs) -> Result<()> {
@@ -164,6 +170,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
     if a.no_opt {
         spec.opt = None;
     }
+    spec.pool = a.pool;
     if let (Some(rate), Some(mrc)) = (a.shards, spec.mrc.as_mut()) {
         mrc.method = MrcMethod::Shards { rate };
     }
@@ -190,5 +197,74 @@ pub fn run(a: &SimArgs) -> Result<()> {
         },
     )?;
     print!("{table}");
+    if a.pool {
+        if let Input::Trace { path, options } = &input {
+            print_pool(path, options, &spec)?;
+        }
+    }
+    Ok(())
+}
+
+/// The pool's shared cache against static splits (see `tiercache_sim::pool`).
+fn print_pool(path: &std::path::Path, options: &TraceOptions, spec: &SimSpec) -> Result<()> {
+    let requests = tiercache_sim::trace::open_trace(path, options)?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .with_context(|| format!("reading {}", path.display()))?;
+    let policy = spec.policies.first().context("no policy")?;
+    println!();
+    println!(
+        "Pool: one shared cache against the same cache cut into a slice per volume ({policy})"
+    );
+    println!(
+        "{:>10}  {:>7}  {:>7}  {:>17}  {:>11}",
+        "cache", "volumes", "shared", "best static split", "equal split"
+    );
+    let mut last = None;
+    for &size in &spec.cache_sizes {
+        let s = tiercache_sim::pool::compare_splits(spec, policy, size, &requests)
+            .map_err(anyhow::Error::msg)?;
+        println!(
+            "{:>10}  {:>7}  {:>6.2}%  {:>16.2}%  {:>10.2}%",
+            tiercache_types::fmt_bytes(size),
+            s.volumes,
+            100.0 * s.shared_hit_ratio(),
+            100.0 * s.best_static_hit_ratio(),
+            100.0 * s.equal_hit_ratio()
+        );
+        last = Some(s);
+    }
+    if let Some(s) = last {
+        let mut vols = s.shared_volumes.clone();
+        vols.sort_by_key(|v| {
+            std::cmp::Reverse(
+                v.counters.read_hits
+                    + v.counters.read_misses
+                    + v.counters.write_hits
+                    + v.counters.write_misses,
+            )
+        });
+        println!();
+        println!(
+            "Busiest volumes, shared cache of {}:",
+            tiercache_types::fmt_bytes(s.cache_bytes)
+        );
+        println!(
+            "{:>7}  {:>10}  {:>8}  {:>10}  {:>10}",
+            "volume", "block refs", "hits", "resident", "target"
+        );
+        for v in vols.iter().take(10) {
+            let c = &v.counters;
+            let refs = c.read_hits + c.read_misses + c.write_hits + c.write_misses;
+            let hits = c.read_hits + c.write_hits;
+            println!(
+                "{:>7}  {:>10}  {:>7.2}%  {:>10}  {:>10}",
+                v.volume,
+                refs,
+                100.0 * hits as f64 / refs.max(1) as f64,
+                c.resident,
+                v.target_blocks.map_or("-".to_string(), |t| t.to_string())
+            );
+        }
+    }
     Ok(())
 }

@@ -33,6 +33,9 @@ use crate::{Admission, Insertion, PolicyConfig, PolicyError, Replacement, Sequen
 use serde::{Deserialize, Serialize};
 use tiercache_types::{Access, CacheBlock, CacheMode, OriginBlock, Time, VolumeId};
 
+/// Block references between two settings of the pool's targets.
+const TARGET_EPOCH: u64 = 4096;
+
 /// Static parameters of a director.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DirectorConfig {
@@ -198,8 +201,12 @@ pub struct Director {
     steering: bool,
     /// Block references left until the targets are set again.
     epoch_left: u64,
+    /// Block references left until the hit curves are aged.
+    decay_left: u64,
     /// The volume that last gave up blocks for an under-target one.
     donor: Option<VolumeId>,
+    /// Bucket edges of every volume's hit curve.
+    curve_edges: std::sync::Arc<[u64]>,
 }
 
 impl Director {
@@ -242,9 +249,14 @@ impl Director {
             utility_sharing: cfg.utility_sharing,
             steering: false,
             epoch_left: 0,
+            decay_left: 0,
             donor: None,
+            curve_edges: crate::utility::curve_edges(
+                sharing::CURVE_REACH * cfg.capacity.max(1) as u64,
+            ),
         };
-        d.epoch_left = d.epoch_len();
+        d.epoch_left = TARGET_EPOCH;
+        d.decay_left = d.decay_len();
         d.attach_volume(VolumeId(0), cfg.mode, cfg.sequential_cutoff);
         d
     }
@@ -256,7 +268,7 @@ impl Director {
             capacity: self.replacement.capacity() as u64,
             ..Counters::default()
         };
-        let share = VolumeShare::new(self.replacement.capacity(), VolumeLimits::default());
+        let share = VolumeShare::new(self.curve_edges.clone(), VolumeLimits::default());
         let attached = self.volumes.attach(
             volume,
             VolumeState {
@@ -327,7 +339,7 @@ impl Director {
             .ok_or_else(|| PolicyError::Invalid(format!("volume {volume} is not attached")))?;
         v.share.limits = limits;
         self.update_steering();
-        self.set_targets();
+        self.set_targets(false);
         Ok(())
     }
 
@@ -353,10 +365,9 @@ impl Director {
         if !self.steering || curve.total() <= 0.0 {
             return None;
         }
-        let unit = sharing::unit_blocks(self.replacement.capacity());
-        let now = v.counters.resident.div_ceil(unit) as usize;
-        let more = (v.counters.resident + extra).div_ceil(unit) as usize;
-        Some(((curve.hits(more) - curve.hits(now)) / curve.total()).max(0.0))
+        let now = v.counters.resident;
+        let gain = curve.hits(now + extra) - curve.hits(now);
+        Some((gain / curve.total()).max(0.0))
     }
 
     fn update_steering(&mut self) {
@@ -368,19 +379,21 @@ impl Director {
         self.steering = volumes >= 2 || limited;
     }
 
-    /// References per sharing epoch.
-    fn epoch_len(&self) -> u64 {
-        (self.replacement.capacity() as u64).max(4096)
+    /// References over which the hit curves keep half their weight: about
+    /// one cache's worth, so a curve follows a change of workload within a
+    /// few turns of the cache.
+    fn decay_len(&self) -> u64 {
+        (self.replacement.capacity() as u64).max(TARGET_EPOCH)
     }
 
     /// Sets every volume's target (see `sharing.rs`); without utility
     /// sharing a volume's target is its share, capped.
-    fn set_targets(&mut self) {
+    fn set_targets(&mut self, decay: bool) {
         self.donor = None;
         if self.utility_sharing {
             let mut shares: Vec<&mut VolumeShare> =
                 self.volumes.iter_mut().map(|v| &mut v.share).collect();
-            sharing::set_targets(self.replacement.capacity(), &mut shares);
+            sharing::set_targets(self.replacement.capacity(), &mut shares, decay);
         } else {
             for v in self.volumes.iter_mut() {
                 let l = v.share.limits;
@@ -401,9 +414,14 @@ impl Director {
             }
         }
         self.epoch_left -= 1;
+        self.decay_left -= 1;
         if self.epoch_left == 0 {
-            self.epoch_left = self.epoch_len();
-            self.set_targets();
+            self.epoch_left = TARGET_EPOCH;
+            let decay = self.decay_left == 0;
+            if decay {
+                self.decay_left = self.decay_len();
+            }
+            self.set_targets(decay);
         }
     }
 

@@ -22,13 +22,13 @@
 use crate::utility::UtilityCurve;
 use crate::Replacement;
 use serde::{Deserialize, Serialize};
+use std::collections::BinaryHeap;
+use std::sync::Arc;
 use tiercache_types::{CacheBlock, OriginBlock, VolumeId};
 
-/// Allocation units the cache is cut into for the targets.
-pub const UNITS: usize = 64;
 /// The hit curves reach this many times the cache, so the gain of a
 /// larger cache can be told too.
-const CURVE_REACH: usize = 4;
+pub const CURVE_REACH: u64 = 4;
 /// Slots a hand looks at for one eviction, at most.
 const HAND_SCAN: u32 = 8192;
 /// Clean blocks of the volume compared by hint for one eviction.
@@ -55,10 +55,10 @@ pub(crate) struct VolumeShare {
 }
 
 impl VolumeShare {
-    pub(crate) fn new(capacity: u32, limits: VolumeLimits) -> Self {
+    pub(crate) fn new(edges: Arc<[u64]>, limits: VolumeLimits) -> Self {
         VolumeShare {
             limits,
-            curve: UtilityCurve::new(unit_blocks(capacity), CURVE_REACH * UNITS),
+            curve: UtilityCurve::new(edges),
             target: u64::MAX,
             hand: 0,
         }
@@ -97,64 +97,172 @@ impl VolumeShare {
     }
 }
 
-/// Blocks per allocation unit for a cache of `capacity` blocks.
-pub(crate) fn unit_blocks(capacity: u32) -> u64 {
-    (capacity as u64).div_ceil(UNITS as u64).max(1)
+/// Sets every volume's target from its limits and hit curve (see
+/// [`split`]), then ages the curves if `decay`.
+pub(crate) fn set_targets(capacity: u32, shares: &mut [&mut VolumeShare], decay: bool) {
+    let capacity = capacity as u64;
+    let curves: Vec<Vec<(u64, f64)>> = shares.iter().map(|s| s.curve.points()).collect();
+    let inputs: Vec<SplitInput<'_>> = shares
+        .iter()
+        .zip(&curves)
+        .map(|(s, c)| SplitInput {
+            curve: c,
+            floor: s.limits.share,
+            cap: s.limits.cap.unwrap_or(capacity),
+        })
+        .collect();
+    let targets = split(&inputs, capacity);
+    for (s, t) in shares.iter_mut().zip(targets) {
+        s.target = t;
+        if decay {
+            s.curve.decay();
+        }
+    }
 }
 
-/// Sets every volume's target from its limits and hit curve. `shares` are
-/// `(resident blocks, state)` of the attached volumes; `capacity` the cache
-/// size in blocks.
-pub(crate) fn set_targets(capacity: u32, shares: &mut [&mut VolumeShare]) {
-    let unit = unit_blocks(capacity);
-    let units = (capacity as u64).div_ceil(unit);
-    let mut alloc: Vec<u64> = shares
-        .iter()
-        .map(|s| s.limits.share.div_ceil(unit))
-        .collect();
-    let cap_units: Vec<u64> = shares
-        .iter()
-        .zip(&alloc)
-        .map(|(s, &a)| s.limits.cap.map_or(units, |c| (c / unit).max(a)))
-        .collect();
-    let mut left = units.saturating_sub(alloc.iter().sum());
-    while left > 0 {
-        // The run of units with the best gain per unit, over all volumes.
-        let mut best: Option<(f64, usize, u64)> = None;
-        for (i, s) in shares.iter().enumerate() {
-            let room = cap_units[i].saturating_sub(alloc[i]).min(left);
-            let base = s.curve.hits(alloc[i] as usize);
-            for k in 1..=room {
-                let gain = (s.curve.hits((alloc[i] + k) as usize) - base) / k as f64;
-                if gain > 0.0 && best.is_none_or(|(g, _, _)| gain > g) {
-                    best = Some((gain, i, k));
-                }
-            }
-        }
-        let Some((_, i, k)) = best else { break };
-        alloc[i] += k;
-        left -= k;
+/// One volume for [`split`].
+#[derive(Clone, Copy, Debug)]
+pub struct SplitInput<'a> {
+    /// Hits against blocks: increasing points from `(0, 0)`, linear in
+    /// between, flat past the last.
+    pub curve: &'a [(u64, f64)],
+    /// Blocks it gets whatever its curve.
+    pub floor: u64,
+    /// Blocks it never gets more than.
+    pub cap: u64,
+}
+
+/// Hits of `curve` at `blocks`, linear between points.
+fn hits_at(curve: &[(u64, f64)], blocks: u64) -> f64 {
+    let i = curve.partition_point(|p| p.0 <= blocks);
+    if i == 0 {
+        return 0.0;
     }
-    // Space nobody gains from goes round to whoever may still grow.
-    while left > 0 {
-        let mut gave = false;
-        for i in 0..shares.len() {
-            if left > 0 && alloc[i] < cap_units[i] {
-                alloc[i] += 1;
-                left -= 1;
-                gave = true;
-            }
+    let (b0, h0) = curve[i - 1];
+    match curve.get(i) {
+        Some(&(b1, h1)) if b1 > b0 => h0 + (h1 - h0) * (blocks - b0) as f64 / (b1 - b0) as f64,
+        _ => h0,
+    }
+}
+
+/// A step of one volume's allocation: gain per block, volume, from, to.
+#[derive(PartialEq)]
+struct Step(f64, usize, u64, u64);
+impl Eq for Step {}
+impl PartialOrd for Step {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Step {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0).then(o.1.cmp(&self.1))
+    }
+}
+
+/// Splits `capacity` blocks among volumes: each gets its floor, then,
+/// repeatedly, the volume whose curve gains the most hits per block over
+/// any step from its allocation (to a later point of its curve, or as far
+/// as room and cap allow) takes that step: the lookahead greedy of
+/// utility-based cache partitioning (Qureshi & Patt, MICRO '06), exact on
+/// concave curves. Blocks no volume gains from are then spread evenly
+/// among the volumes below their caps. Floors must fit in `capacity`.
+pub fn split(inputs: &[SplitInput<'_>], capacity: u64) -> Vec<u64> {
+    let mut at: Vec<u64> = inputs.iter().map(|v| v.floor.min(v.cap)).collect();
+    let mut left = capacity.saturating_sub(at.iter().sum());
+    let best_step = |v: usize, from: u64, left: u64| -> Option<Step> {
+        let input = &inputs[v];
+        let curve = input.curve;
+        let end = input
+            .cap
+            .min(from.saturating_add(left))
+            .min(curve.last().map_or(0, |p| p.0));
+        if end <= from {
+            return None;
         }
-        if !gave {
+        let base = hits_at(curve, from);
+        let start = curve.partition_point(|p| p.0 <= from);
+        curve[start..]
+            .iter()
+            .map(|p| p.0)
+            .take_while(|&b| b < end)
+            .chain(std::iter::once(end))
+            .filter_map(|to| {
+                let gain = (hits_at(curve, to) - base) / (to - from) as f64;
+                (gain > 0.0).then_some(Step(gain, v, from, to))
+            })
+            .max()
+    };
+    let mut heap: BinaryHeap<Step> = (0..inputs.len())
+        .filter_map(|v| best_step(v, at[v], left))
+        .collect();
+    while let Some(Step(_, v, from, to)) = heap.pop() {
+        if at[v] != from {
+            continue;
+        }
+        if to - from > left {
+            heap.extend(best_step(v, from, left));
+            continue;
+        }
+        left -= to - from;
+        at[v] = to;
+        heap.extend(best_step(v, to, left));
+    }
+    // Space nobody gains from: evenly to whoever may still grow.
+    loop {
+        let growing: Vec<usize> = (0..inputs.len())
+            .filter(|&v| at[v] < inputs[v].cap)
+            .collect();
+        if left == 0 || growing.is_empty() {
             break;
         }
-    }
-    for (s, a) in shares.iter_mut().zip(alloc) {
-        let mut target = a * unit;
-        if let Some(cap) = s.limits.cap {
-            target = target.min(cap);
+        let each = (left / growing.len() as u64).max(1);
+        for v in growing {
+            let add = each.min(inputs[v].cap - at[v]).min(left);
+            at[v] += add;
+            left -= add;
         }
-        s.target = target.max(s.limits.share);
-        s.curve.decay();
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(curve: &[(u64, f64)], cap: u64) -> SplitInput<'_> {
+        SplitInput {
+            curve,
+            floor: 0,
+            cap,
+        }
+    }
+
+    #[test]
+    fn the_split_takes_the_steepest_gains_first() {
+        // Volume 0 gains 100 hits from 10 blocks; volume 1 gains 30 from
+        // 10 and 100 from 20. With 20 blocks, 10 each make 130, more than
+        // the 100 of all 20 to volume 1; with 30 both fit.
+        let a = [(0, 0.0), (10, 100.0)];
+        let b = [(0, 0.0), (10, 30.0), (20, 100.0)];
+        assert_eq!(split(&[input(&a, 99), input(&b, 99)], 20), vec![10, 10]);
+        assert_eq!(split(&[input(&a, 99), input(&b, 99)], 30), vec![10, 20]);
+        // Left over once nobody gains: spread evenly, within caps.
+        assert_eq!(split(&[input(&a, 99), input(&b, 25)], 50), vec![25, 25]);
+        // A partial step along a line is worth its share of the gain.
+        assert_eq!(split(&[input(&a, 99), input(&b, 99)], 5), vec![5, 0]);
+    }
+
+    #[test]
+    fn floors_and_caps_bound_the_split() {
+        let a = [(0, 0.0), (100, 1000.0)];
+        let b = [(0, 0.0), (100, 10.0)];
+        let floor_b = SplitInput {
+            curve: &b,
+            floor: 40,
+            cap: 100,
+        };
+        assert_eq!(split(&[input(&a, 100), floor_b], 100), vec![60, 40]);
+        assert_eq!(split(&[input(&a, 30), input(&b, 100)], 100), vec![30, 70]);
     }
 }

@@ -1,7 +1,8 @@
 //! A volume's hit curve, estimated live: how many of its recent block
-//! references a cache of `k` allocation units would have served, for every
-//! `k`. The pool's sharing (`sharing.rs`) reads it to give cache space to
-//! the volumes that gain the most hits from it.
+//! references a cache of `n` blocks would have served, for every `n` up to
+//! a reach (a few times the cache), at points a quarter apart. The pool's
+//! sharing (`sharing.rs`) reads it to give cache space to the volumes that
+//! gain the most hits from it.
 //!
 //! Method: SHARDS, fixed-size variant (Waldspurger et al., FAST '15). A
 //! block is sampled when a hash of its pool key falls below a threshold;
@@ -29,14 +30,16 @@ const HASH_SPACE: u64 = 1 << HASH_BITS;
 /// Stamps live in a window of this many positions before renumbering.
 const WINDOW: usize = 4 * MAX_SAMPLES;
 
-/// The sampled hit curve of one volume, in allocation units of
-/// `unit_blocks` blocks, up to `units` units.
+/// The sampled hit curve of one volume.
 #[derive(Clone, Debug)]
 pub struct UtilityCurve {
-    unit_blocks: u64,
-    /// `hist[k]`: weighted references whose reuse distance fell in unit
-    /// `k` (distance in blocks / `unit_blocks`); distances beyond the
-    /// cache and first references are only counted in `total`.
+    /// Bucket edges in blocks, growing by about a quarter, the last one
+    /// the reach: bucket `i` holds distances in `[edges[i-1], edges[i])`
+    /// (bucket 0: below `edges[0]` = 1).
+    edges: std::sync::Arc<[u64]>,
+    /// `hist[i]`: weighted references whose reuse distance fell in bucket
+    /// `i`; distances beyond the reach and first references are only
+    /// counted in `total`.
     hist: Vec<f64>,
     total: f64,
     /// Blocks whose hash is below this are sampled.
@@ -51,18 +54,23 @@ pub struct UtilityCurve {
 }
 
 impl UtilityCurve {
-    /// A curve for a cache of `units` units of `unit_blocks` blocks.
-    pub fn new(unit_blocks: u64, units: usize) -> Self {
+    /// A curve whose buckets end at `edges` (from [`curve_edges`]).
+    pub fn new(edges: std::sync::Arc<[u64]>) -> Self {
         UtilityCurve {
-            unit_blocks: unit_blocks.max(1),
-            hist: vec![0.0; units],
+            hist: vec![0.0; edges.len()],
+            edges,
             total: 0.0,
             threshold: HASH_SPACE,
             tracked: HashMap::new(),
             by_hash: BinaryHeap::new(),
-            fenwick: vec![0; WINDOW + 1],
+            fenwick: Vec::new(),
             next_stamp: 0,
         }
+    }
+
+    /// The bucket edges in blocks.
+    pub fn edges(&self) -> &[u64] {
+        &self.edges
     }
 
     /// The sampling rate now (1 = every block).
@@ -78,12 +86,15 @@ impl UtilityCurve {
         }
         let weight = 1.0 / self.rate();
         self.total += weight;
+        if self.fenwick.is_empty() {
+            self.fenwick = vec![0; WINDOW + 1];
+        }
         if let Some(&(stamp, _)) = self.tracked.get(&block.0) {
             // Tracked blocks referenced since `stamp`: the stack distance.
             let newer = self.tracked.len() as i64 - self.prefix(stamp) as i64;
-            let distance = newer as f64 / self.rate();
-            let unit = (distance / self.unit_blocks as f64) as usize;
-            if let Some(h) = self.hist.get_mut(unit) {
+            let distance = (newer as f64 / self.rate()) as u64;
+            let bucket = self.edges.partition_point(|&e| e <= distance);
+            if let Some(h) = self.hist.get_mut(bucket) {
                 *h += weight;
             }
             self.add(stamp, -1);
@@ -102,9 +113,34 @@ impl UtilityCurve {
         }
     }
 
-    /// Weighted references a cache of `units` units would have hit.
-    pub fn hits(&self, units: usize) -> f64 {
-        self.hist.iter().take(units).sum()
+    /// Weighted references an LRU cache of `blocks` blocks would have hit
+    /// (reuse distance below `blocks`), linear within a bucket.
+    pub fn hits(&self, blocks: u64) -> f64 {
+        let mut sum = 0.0;
+        let mut low = 0;
+        for (i, &edge) in self.edges.iter().enumerate() {
+            if blocks >= edge {
+                sum += self.hist[i];
+                low = edge;
+                continue;
+            }
+            let width = (edge - low).max(1) as f64;
+            sum += self.hist[i] * (blocks - low) as f64 / width;
+            break;
+        }
+        sum
+    }
+
+    /// The curve as `(blocks, hits)` at every edge, from `(0, 0)`.
+    pub fn points(&self) -> Vec<(u64, f64)> {
+        let mut sum = 0.0;
+        let mut out = Vec::with_capacity(self.edges.len() + 1);
+        out.push((0, 0.0));
+        for (i, &edge) in self.edges.iter().enumerate() {
+            sum += self.hist[i];
+            out.push((edge, sum));
+        }
+        out
     }
 
     /// Weighted references recorded (sampled ones, scaled).
@@ -187,6 +223,17 @@ impl UtilityCurve {
     }
 }
 
+/// Bucket edges for a curve reaching `reach` blocks: 1, then growing by
+/// a quarter (at least one block), the last edge `reach`.
+pub fn curve_edges(reach: u64) -> std::sync::Arc<[u64]> {
+    let mut edges = vec![1u64];
+    while *edges.last().expect("one edge") < reach {
+        let e = *edges.last().expect("one edge");
+        edges.push((e + e.div_ceil(4)).min(reach));
+    }
+    edges.into()
+}
+
 /// A 24-bit hash of a pool key (splitmix64's finalizer, top bits).
 fn hash24(x: u64) -> u32 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -204,22 +251,28 @@ mod tests {
     /// `n` blocks and nothing below.
     #[test]
     fn a_loop_hits_only_once_it_fits() {
-        let mut c = UtilityCurve::new(100, 20);
+        let mut c = UtilityCurve::new(curve_edges(2000));
         for _ in 0..20 {
             for b in 0..1000u64 {
                 c.reference(OriginBlock(b));
             }
         }
-        // Distance 999 for every re-reference: unit 9 (900..1000 blocks).
+        // Distance 999 for every re-reference.
         let total = c.total();
-        assert!(c.hits(9) / total < 0.05, "{} of {total}", c.hits(9));
-        assert!(c.hits(11) / total > 0.85, "{} of {total}", c.hits(11));
+        assert!(c.hits(800) / total < 0.05, "{} of {total}", c.hits(800));
+        assert!(c.hits(1300) / total > 0.85, "{} of {total}", c.hits(1300));
+        let points = c.points();
+        assert_eq!(points[0], (0, 0.0));
+        assert!(points
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert_eq!(points.last().unwrap().0, 2000);
     }
 
     /// A large footprint keeps memory bounded and the estimate close.
     #[test]
     fn sampling_bounds_memory_and_keeps_the_shape() {
-        let mut c = UtilityCurve::new(1000, 100);
+        let mut c = UtilityCurve::new(curve_edges(100_000));
         for _ in 0..6 {
             for b in 0..50_000u64 {
                 c.reference(OriginBlock(b * 7 + 3));
@@ -228,9 +281,9 @@ mod tests {
         assert!(c.tracked.len() <= MAX_SAMPLES);
         assert!(c.rate() < 0.05, "rate {}", c.rate());
         let total = c.total();
-        // Reuse distance 50,000 blocks: unit 50 of 1000-block units.
-        assert!(c.hits(45) / total < 0.1, "{}", c.hits(45) / total);
-        assert!(c.hits(56) / total > 0.6, "{}", c.hits(56) / total);
+        // Reuse distance 50,000 blocks.
+        assert!(c.hits(40_000) / total < 0.1, "{}", c.hits(40_000) / total);
+        assert!(c.hits(65_000) / total > 0.6, "{}", c.hits(65_000) / total);
     }
 
     /// Hot blocks among cold ones: the hot half of the references hits
@@ -239,7 +292,7 @@ mod tests {
     /// blocks the sample holds.
     #[test]
     fn a_hot_set_shows_once_it_fits() {
-        let mut c = UtilityCurve::new(100, 100);
+        let mut c = UtilityCurve::new(curve_edges(10_000));
         let mut cold = 1_000_000u64;
         for i in 0..400_000u64 {
             if i % 2 == 0 {
@@ -250,11 +303,11 @@ mod tests {
             }
         }
         let total = c.total();
-        let below = c.hits(30) / total;
-        let above = c.hits(50) / total;
+        let below = c.hits(3000) / total;
+        let above = c.hits(5000) / total;
         assert!(below < 0.1, "hit at 3,000 blocks: {below}");
         assert!((0.4..0.6).contains(&above), "hit at 5,000 blocks: {above}");
         c.decay();
-        assert!((c.hits(50) / c.total() - above).abs() < 1e-9);
+        assert!((c.hits(5000) / c.total() - above).abs() < 1e-9);
     }
 }

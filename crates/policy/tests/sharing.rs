@@ -190,10 +190,12 @@ fn the_gain_of_more_space_is_read_off_the_live_curve() {
         (1, 0)
     };
     assert!(held(&d, big) >= 700, "the larger holds {}", held(&d, big));
-    let fits = d.volume_gain(VolumeId(big), 500).unwrap();
-    let gains = d.volume_gain(VolumeId(small), 500).unwrap();
+    let fits = d.volume_gain(VolumeId(big), 700).unwrap();
+    let gains = d.volume_gain(VolumeId(small), 700).unwrap();
     let little = d.volume_gain(VolumeId(small), 50).unwrap();
-    assert!(fits < 0.05, "the loop that fits gains {fits}");
-    assert!(gains > 0.7, "the other gains {gains} from 500 blocks");
-    assert!(little < 0.05, "the other gains {little} from 50 blocks");
+    // The curve's buckets are a quarter apart, linear within: a loop that
+    // just fits may still show a little gain.
+    assert!(fits < 0.15, "the loop that fits gains {fits}");
+    assert!(gains > 0.7, "the other gains {gains} from 700 blocks");
+    assert!(little < 0.1, "the other gains {little} from 50 blocks");
 }

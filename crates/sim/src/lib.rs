@@ -33,6 +33,7 @@ pub mod idmap;
 pub mod mrc;
 pub mod opt;
 pub mod plot;
+pub mod pool;
 pub mod report;
 pub mod rng;
 pub mod simulate;

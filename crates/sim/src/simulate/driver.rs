@@ -137,6 +137,7 @@ pub fn simulate(
                     first_touch_misses: 0,
                     warm: None,
                     window_hit_ratios: Vec::new(),
+                    volumes: Vec::new(),
                 })),
             }
         }

@@ -90,6 +90,22 @@ pub struct ConfigResult {
     /// cache full, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub window_hit_ratios: Vec<f64>,
+    /// A pool's volumes (see [`SimSpec::pool`]), by volume index; empty
+    /// otherwise.
+    #[serde(default)]
+    pub volumes: Vec<VolumeResult>,
+}
+
+/// One volume of a pooled replay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeResult {
+    /// The volume's index in the trace (its address range's number).
+    pub volume: u16,
+    pub counters: Counters,
+    /// Read blocks served from the cache / read blocks.
+    pub read_hit_ratio: f64,
+    /// Blocks the sharing gives the volume at the end, if it set targets.
+    pub target_blocks: Option<u64>,
 }
 
 /// The warm part of a run: from the request after the one that first filled

@@ -2,10 +2,10 @@
 //! requests through the policy crate's own decisions, pricing each IO with
 //! the device model.
 
-use super::results::{ConfigResult, LatencySummary, WarmResult};
+use super::results::{ConfigResult, LatencySummary, VolumeResult, WarmResult};
 use super::spec::{policy_label, CleanerSpec, SimSpec};
 use crate::device::{DeviceModel, LatencyHistogram};
-use crate::trace::Request;
+use crate::trace::{Request, VOLUME_SHIFT};
 use tiercache_policy::director::{ReadPlan, WritePlan};
 use tiercache_policy::writeback::choose_writeback;
 use tiercache_policy::{BlockPlan, Director, DirectorConfig, IoRequest, PolicyConfig};
@@ -58,6 +58,11 @@ pub struct ConfigRunner {
     requests: u64,
     /// (requests, hits, block refs) when the cache first became full.
     fill: Option<(u64, u64, u64)>,
+    /// Replaying as a pool: requests go to the volume their address range
+    /// names, attached on first sight with the spec's mode and cutoff.
+    pool: bool,
+    mode: CacheMode,
+    cutoff: u64,
 }
 
 impl ConfigRunner {
@@ -106,6 +111,9 @@ impl ConfigRunner {
             cleaner_writebacks: 0,
             requests: 0,
             fill: None,
+            pool: spec.pool,
+            mode: spec.mode,
+            cutoff: spec.sequential_cutoff,
         };
         for class in 0..6u8 {
             let (l, f, s) = r.cost(class, bs);
@@ -157,14 +165,15 @@ impl ConfigRunner {
             return;
         }
         let now = r.time;
-        let end = r.offset.saturating_add(r.len);
+        let (volume, offset) = self.volume_of(r.offset);
         let req = IoRequest {
-            volume: VolumeId(0),
-            offset: r.offset,
+            volume,
+            offset,
             len: r.len,
             access: r.access,
             volume_size: self.volume_size,
         };
+        let end = offset.saturating_add(r.len);
         let (shift, bs) = (self.shift, self.bs);
         // Runs of blocks of one class are priced as one device IO each;
         // the plans are collected first (the director is busy planning).
@@ -172,7 +181,7 @@ impl ConfigRunner {
         classes.clear();
         self.d.plan_io(&req, now, |b, _, plan| {
             let bstart = b << shift;
-            let lo = r.offset.max(bstart);
+            let lo = offset.max(bstart);
             let hi = end.min(bstart.saturating_add(bs));
             let class = match plan {
                 BlockPlan::Read(ReadPlan::Hit(_)) => HIT,
@@ -205,6 +214,41 @@ impl ConfigRunner {
             let (hits, refs) = self.hits_refs();
             self.fill = Some((self.requests, hits, refs));
         }
+    }
+
+    /// The volume and in-volume offset of a trace offset: volume 0 and the
+    /// offset itself unless replaying as a pool.
+    #[inline]
+    fn volume_of(&mut self, offset: u64) -> (VolumeId, u64) {
+        if !self.pool {
+            return (VolumeId(0), offset);
+        }
+        let index = offset >> VOLUME_SHIFT;
+        let volume = VolumeId(index.min(u16::MAX as u64) as u16);
+        if volume.0 != 0 && self.d.mode(volume) == CacheMode::PassThrough {
+            self.d.attach_volume(volume, self.mode, self.cutoff);
+        }
+        (volume, offset & ((1 << VOLUME_SHIFT) - 1))
+    }
+
+    /// Every volume's results (a pooled replay), by volume index.
+    pub fn volume_results(&self) -> Vec<VolumeResult> {
+        if !self.pool {
+            return Vec::new();
+        }
+        self.d
+            .volume_ids()
+            .into_iter()
+            .filter_map(|v| {
+                let counters = self.d.volume_counters(v)?;
+                (counters.read_ios + counters.write_ios > 0).then(|| VolumeResult {
+                    volume: v.0,
+                    counters,
+                    read_hit_ratio: counters.read_hit_ratio(),
+                    target_blocks: self.d.volume_target(v),
+                })
+            })
+            .collect()
     }
 
     /// Block hits and block references (reads and writes) so far.
@@ -298,6 +342,7 @@ impl ConfigRunner {
                 WarmResult::new(at, r - fr, h - fh, 0)
             }),
             window_hit_ratios: Vec::new(),
+            volumes: self.volume_results(),
         }
     }
 }

@@ -93,6 +93,12 @@ pub struct SimSpec {
     /// block whole, as in the engine. `None`: unbounded (a trace).
     #[serde(default)]
     pub device_size: Option<u64>,
+    /// Replay a multi-volume trace as a pool: each volume (the address
+    /// range `i << VOLUME_SHIFT` its reader gives it) is its own volume of
+    /// the director, with its own sequential detector, sharing the cache
+    /// as the engine's pool does; results then list every volume.
+    #[serde(default)]
+    pub pool: bool,
 }
 
 /// When a run may stop early because its answers no longer change: the
@@ -171,6 +177,7 @@ impl Default for SimSpec {
             threads: 0,
             converge: None,
             device_size: None,
+            pool: false,
         }
     }
 }
