@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tiercache's tests and benchmarks use, then
-# the Python packages of the Python package's build and tests
-# (scripts/python-deps.sh, into .venv). Idempotent: installs only what is
+# the pinned Python packages (scripts/python-deps.sh, into .venv: the
+# Python package's build and tests, and libcachesim). Idempotent: installs only what is
 # missing. Needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,8 @@
 use crate::files::{blank_device_file, slug};
 use crate::fio::{self, Measured};
 use crate::procs::{self, CpuMeter, MemCgroup, Server, Stats};
-use crate::report::{self, SweepPoint};
+use crate::report;
+use crate::run_result::{self, SweepPoint};
 use crate::settings::Settings;
 use crate::variant::Variant;
 use anyhow::{Context, Result};
@@ -44,7 +45,12 @@ impl Ctx {
     }
 
     /// A device served alone by `tiercache serve` (no cache).
-    pub(crate) fn baseline(&self, spec: &str, name: &str, round: usize) -> Result<report::Sample> {
+    pub(crate) fn baseline(
+        &self,
+        spec: &str,
+        name: &str,
+        round: usize,
+    ) -> Result<run_result::Sample> {
         let s = Server::tiercache(
             &self.exe,
             &self.work,
@@ -54,7 +60,7 @@ impl Ctx {
         let pids: Vec<u32> = s.pid().into_iter().collect();
         let (m, others) = self.measure(&s.uri(), 0, &format!("{name}-r{round}"), &pids)?;
         s.stop()?;
-        let mut x = report::Sample::new(round, m);
+        let mut x = run_result::Sample::new(round, m);
         x.others_cpu = others;
         Ok(x)
     }
@@ -98,7 +104,7 @@ impl Ctx {
         backing: &Path,
         round: usize,
         label: &str,
-    ) -> Result<(report::Sample, report::Sample, Option<u64>)> {
+    ) -> Result<(run_result::Sample, run_result::Sample, Option<u64>)> {
         let name = format!("{}-r{round}", slug(label));
         let cache = self.cache_file()?;
         let s = Server::tiercache(
@@ -109,7 +115,7 @@ impl Ctx {
         )?;
         let pids: Vec<u32> = s.pid().into_iter().collect();
         let sample = |m: Measured, others: Option<f64>, d: Stats| {
-            let mut x = report::Sample::new(round, m);
+            let mut x = run_result::Sample::new(round, m);
             x.others_cpu = others;
             x.hit_ratio = d.hit_ratio();
             x.promotions = Some(d.promotions);
@@ -142,7 +148,7 @@ impl Ctx {
         backing: &Path,
         round: usize,
         limit: Option<u64>,
-    ) -> Result<(report::Sample, report::Sample)> {
+    ) -> Result<(run_result::Sample, run_result::Sample)> {
         let name = format!(
             "nbdkit-{}-r{round}",
             if limit.is_some() {
@@ -172,7 +178,7 @@ impl Ctx {
         let log = Server::nbdkit_backend_log(&self.work, &name);
         let reads = || procs::nbdkit_backend_reads(&log).unwrap_or(0);
         let sample = |m: Measured, others: Option<f64>, misses: u64| {
-            let mut x = report::Sample::new(round, m);
+            let mut x = run_result::Sample::new(round, m);
             x.others_cpu = others;
             x.hit_ratio = (x.measured.total_ios > 0)
                 .then(|| 1.0 - (misses as f64 / x.measured.total_ios as f64).min(1.0));

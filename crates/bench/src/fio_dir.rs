@@ -10,7 +10,7 @@
 
 use crate::fio::{merge_iops_logs, parse_json};
 use crate::plot;
-use crate::report::{Kind, RunResult};
+use crate::run_result::{Kind, RunResult};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

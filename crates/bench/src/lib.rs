@@ -48,13 +48,14 @@ mod procs;
 mod progress;
 mod report;
 mod run;
+mod run_result;
 mod settings;
 mod table;
 mod variant;
 
 pub use fio::{merge_iops_logs, parse_json, Measured, PERCENTILES};
-pub use report::{median, Repeat, RunResult, SweepPoint};
 pub use run::run;
+pub use run_result::{median, Repeat, RunResult, SweepPoint};
 pub use settings::{BenchArgs, Settings};
 pub use variant::Variant;
 
@@ -86,6 +87,6 @@ impl Results {
     }
 
     pub fn fast_row(&self) -> Option<&RunResult> {
-        self.runs.iter().find(|r| r.kind == report::Kind::Fast)
+        self.runs.iter().find(|r| r.kind == run_result::Kind::Fast)
     }
 }

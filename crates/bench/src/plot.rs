@@ -1,7 +1,7 @@
 //! PNG plots with plotters (text through the system's fonts via fontconfig,
 //! as crates/sim does: scripts/install-deps.sh installs fonts-dejavu-core).
 
-use crate::report::{Kind, RunResult};
+use crate::run_result::{Kind, RunResult};
 use crate::Results;
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;

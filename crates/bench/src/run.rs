@@ -6,6 +6,7 @@ use crate::files::{sparse_file, write_file};
 use crate::procs::{self, MemCgroup};
 use crate::progress::Progress;
 use crate::report;
+use crate::run_result;
 use crate::settings::{BenchArgs, Settings};
 use crate::table::{nbdkit_label, Config, RowKey, Table};
 use crate::variant::variants;
@@ -238,7 +239,7 @@ pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
     let runs = table.into_results();
     let threshold = runs
         .iter()
-        .find(|r| r.kind == report::Kind::Fast)
+        .find(|r| r.kind == run_result::Kind::Fast)
         .and_then(|r| r.measured.pct(99.0))
         .unwrap_or(0);
     let results = Results {
@@ -272,8 +273,8 @@ fn report_pair(
     prog: &Progress,
     tag: &str,
     label: &str,
-    empty: &report::Sample,
-    stale: &report::Sample,
+    empty: &run_result::Sample,
+    stale: &run_result::Sample,
 ) {
     prog.println(&format!(
         "  {tag}: {label}: empty {:.0} IOPS (hits {}), stale {:.0} IOPS (hits {}); other processes used {} / {} of the CPU",

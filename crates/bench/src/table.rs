@@ -2,7 +2,7 @@
 //! cache state, found by its [`RowKey`] (never by its printed label or its
 //! position), each collecting its repeats.
 
-use crate::report::{self, Kind, RunResult};
+use crate::run_result::{self, Kind, RunResult};
 use crate::variant::Variant;
 
 /// One configuration measured once per round.
@@ -42,7 +42,7 @@ struct Row {
     stale: bool,
     ram_cache: bool,
     memory_capped: bool,
-    samples: Vec<report::Sample>,
+    samples: Vec<run_result::Sample>,
 }
 
 pub(crate) fn state_label(stale: bool) -> &'static str {
@@ -116,7 +116,7 @@ impl Table {
     }
 
     /// Adds a repeat to row `key` (ignored if the table has no such row).
-    pub(crate) fn push(&mut self, key: RowKey, sample: report::Sample) {
+    pub(crate) fn push(&mut self, key: RowKey, sample: run_result::Sample) {
         if let Some(r) = self.rows.iter_mut().find(|r| r.key == key) {
             r.samples.push(sample);
         }

@@ -7,23 +7,13 @@
 
 use clap::Parser;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use tiercache_bench::BenchArgs;
+use tiercache_testkit::{have, tool_exists};
 
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
     b: BenchArgs,
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {tool}"))
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
 }
 
 /// The `tiercache` executable: $TIERCACHE_EXE, or the one cargo built next
@@ -119,14 +109,10 @@ fn median_iops(run: &serde_json::Value) -> f64 {
 
 #[test]
 fn tiny_bench_repeats_every_configuration_and_the_cache_beats_the_hdd() {
-    if !have("fio") {
-        tiercache_testkit::skip(
-            module_path!(),
-            "fio is not installed (scripts/install-deps.sh)",
-        );
+    if !have("fio", module_path!()) {
         return;
     }
-    let with_nbdkit = have("nbdkit");
+    let with_nbdkit = tool_exists("nbdkit");
     // The RAM-cache variant is the same code path as the file cache with
     // another --cache (its labels are unit-tested); leaving it out keeps
     // this test under 30 s on two busy cores.
@@ -254,11 +240,7 @@ fn tiny_bench_repeats_every_configuration_and_the_cache_beats_the_hdd() {
 
 #[test]
 fn tiny_sweep_reports_every_data_size() {
-    if !have("fio") {
-        tiercache_testkit::skip(
-            module_path!(),
-            "fio is not installed (scripts/install-deps.sh)",
-        );
+    if !have("fio", module_path!()) {
         return;
     }
     let (_dir, out) = run_bench(&[
@@ -298,11 +280,7 @@ fn tiny_sweep_reports_every_data_size() {
 
 #[test]
 fn tiny_git_workload_times_clone_and_greps() {
-    if !have("fio") {
-        tiercache_testkit::skip(
-            module_path!(),
-            "fio is not installed (scripts/install-deps.sh)",
-        );
+    if !have("fio", module_path!()) {
         return;
     }
     let (_dir, out) = run_bench(&[

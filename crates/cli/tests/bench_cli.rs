@@ -3,21 +3,11 @@
 //! REPORT.md. The library's own test (crates/bench/tests) checks the
 //! report in depth.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[test]
 fn bench_subcommand_runs_and_reports() {
-    let ok = Command::new("sh")
-        .args(["-c", "command -v fio"])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        tiercache_testkit::skip(
-            "bench_subcommand_runs_and_reports",
-            "fio is not installed (scripts/install-deps.sh)",
-        );
+    if !tiercache_testkit::have("fio", "bench_subcommand_runs_and_reports") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

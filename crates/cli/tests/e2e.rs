@@ -25,7 +25,7 @@ fn nbdinfo_shows_the_export_and_stats_answer() {
     }
     let dir = tempfile::tempdir().unwrap();
     devices(dir.path(), 64 * MIB, 8 * MIB);
-    let s = Served::start(dir.path(), &["--block-size", "16k"]);
+    let s = Served::start(bin(), dir.path(), &["--block-size", "16k"]);
     let info: serde_json::Value =
         serde_json::from_str(&run(Command::new("nbdinfo").arg("--json").arg(s.uri()))).unwrap();
     let ex = &info["exports"][0];
@@ -64,6 +64,7 @@ fn fio_verify_passes_in_every_mode_with_a_churning_cache() {
         // 2 MiB of cache for 32 MiB of data: promotions and demotions all the time.
         devices(dir.path(), 32 * MIB, 2 * MIB);
         let s = Served::start(
+            bin(),
             dir.path(),
             &[
                 "--mode",
@@ -130,6 +131,7 @@ fn qemu_img_round_trip_and_detach_leaves_backing_whole() {
     let data = pattern(7, (16 * MIB) as usize);
     std::fs::write(&src, &data).unwrap();
     let mut s = Served::start(
+        bin(),
         dir.path(),
         &["--mode", "writeback", "--sequential-cutoff", "0"],
     );
@@ -289,7 +291,11 @@ fn ext4_on_the_cache_survives_a_server_restart() {
     let (mnt, fs) = (dir.path().join("mnt"), dir.path().join("fs"));
     std::fs::create_dir(&mnt).unwrap();
     std::fs::create_dir(&fs).unwrap();
-    let mut s = Served::start(dir.path(), &["--mode", "writeback", "--block-size", "16k"]);
+    let mut s = Served::start(
+        bin(),
+        dir.path(),
+        &["--mode", "writeback", "--block-size", "16k"],
+    );
     let mut m = Mounts::default();
     let Some(dev) = attach(&s, &mnt, &mut m, t) else {
         return;
@@ -351,7 +357,7 @@ fn a_clean_restart_is_warm_and_refuses_the_wrong_backing_device() {
     // The cleaner left alone: nothing is written back while the test looks.
     let mut args = vec!["--mode", "writeback", "--block-size", "64k"];
     args.extend(QUIET_CLEANER);
-    let mut s = Served::start(dir.path(), &args);
+    let mut s = Served::start(bin(), dir.path(), &args);
     // Write 4 MiB (stays dirty in the cache), read it once, stop cleanly.
     run(Command::new("nbdcopy").arg(&src).arg(s.uri()));
     let st = s.stats();
@@ -411,7 +417,11 @@ fn sigterm_stops_cleanly_after_the_socket_file_was_removed() {
     // accept loop woken by connecting to that path).
     let dir = tempfile::tempdir().unwrap();
     devices(dir.path(), 32 * MIB, 8 * MIB);
-    let mut s = Served::start(dir.path(), &["--mode", "writeback", "--block-size", "64k"]);
+    let mut s = Served::start(
+        bin(),
+        dir.path(),
+        &["--mode", "writeback", "--block-size", "64k"],
+    );
     std::fs::remove_file(s.socket()).unwrap();
     s.signal(libc::SIGTERM);
     let st = s.wait_exit(Duration::from_secs(30));

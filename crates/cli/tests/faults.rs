@@ -70,6 +70,43 @@ fn sparse_devices(
     (backing, cache, b, c)
 }
 
+/// A writeback server, created with `--create` on sparse devices of
+/// `backing_mib` and `cache_mib` MiB in a new temporary directory, for a
+/// test `t` that talks to it with nbdsh. `None` when nbdsh is missing (the
+/// test is then skipped, or failed under `make test`).
+fn writeback_server(t: &str, backing_mib: u64, cache_mib: u64) -> Option<WritebackServer> {
+    if !have("nbdsh", t) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, cache, b, c) = sparse_devices(dir.path(), backing_mib, cache_mib);
+    let s = Served::spawn(
+        bin(),
+        dir.path(),
+        &b,
+        &c,
+        &["--create", "--mode", "writeback"],
+    );
+    Some(WritebackServer {
+        dir,
+        cache,
+        b,
+        c,
+        s,
+    })
+}
+
+/// What [`writeback_server`] made: the directory, the cache file, the
+/// backing and cache paths as given to `serve`, and the server (last, so
+/// that it is dropped, and killed, before the directory goes).
+struct WritebackServer {
+    dir: tempfile::TempDir,
+    cache: PathBuf,
+    b: String,
+    c: String,
+    s: Served,
+}
+
 /// Runs a Python check in nbdsh that prints `verified` at its end; panics
 /// with its error output otherwise.
 fn assert_verified(s: &Served, code: &str, what: &str) {
@@ -126,7 +163,13 @@ fn a_full_backing_disk_is_an_error_for_the_client_and_nothing_else_breaks() {
     let cache = dir.path().join("cache.img");
     sparse_file(&cache, 32 * MIB);
     let (b, c) = (backing.display().to_string(), cache.display().to_string());
-    let mut s = Served::spawn(dir.path(), &b, &c, &["--create", "--block-size", "4k"]);
+    let mut s = Served::spawn(
+        bin(),
+        dir.path(),
+        &b,
+        &c,
+        &["--create", "--block-size", "4k"],
+    );
     // Write 64 KiB blocks until the device says no.
     let out = s.nbdsh(&format!(
         "{PY_BLOCK}
@@ -186,13 +229,17 @@ print('verified')\n"
 #[test]
 fn a_cache_file_damaged_or_replaced_while_stopped_is_refused_and_left_alone() {
     let t = "a_cache_file_damaged_or_replaced_while_stopped_is_refused_and_left_alone";
-    if !have("nbdsh", t) {
+    let Some(WritebackServer {
+        dir,
+        cache,
+        b,
+        c,
+        mut s,
+    }) = writeback_server(t, 32, 16)
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
     let d = dir.path();
-    let (_, cache, b, c) = sparse_devices(d, 32, 16);
-    let mut s = Served::spawn(d, &b, &c, &["--create", "--mode", "writeback"]);
     let out = s.nbdsh(&format!(
         "{PY_BLOCK}
 for k in range(64):\n
@@ -287,7 +334,7 @@ fn killed_during_a_detach_the_dirty_data_survives_and_the_detach_completes_later
     let b = format!("hdd:{}", backing.display());
     let c = cache.display().to_string();
     let args = ["--create", "--mode", "writeback", "--block-size", "4k"];
-    let mut s = Served::spawn(d, &b, &c, &args);
+    let mut s = Served::spawn(bin(), d, &b, &c, &args);
     // 3000 scattered dirty blocks: the emulated HDD needs seconds to take
     // them back.
     let blocks = 3000;
@@ -360,13 +407,15 @@ print('verified')\n",
 #[test]
 fn killed_during_mode_switches_it_restarts_in_one_of_the_modes_with_data_intact() {
     let t = "killed_during_mode_switches_it_restarts_in_one_of_the_modes_with_data_intact";
-    if !have("nbdsh", t) {
+    let Some(WritebackServer {
+        dir: _dir,
+        c,
+        mut s,
+        ..
+    }) = writeback_server(t, 64, 16)
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (_, _, b, c) = sparse_devices(d, 64, 16);
-    let mut s = Served::spawn(d, &b, &c, &["--create", "--mode", "writeback"]);
+    };
     s.args = vec![];
     for round in 0..4u64 {
         let out = s.nbdsh(&format!(
@@ -423,13 +472,17 @@ print('verified')\n"
 #[test]
 fn a_second_server_on_a_served_cache_or_backing_device_is_refused() {
     let t = "a_second_server_on_a_served_cache_or_backing_device_is_refused";
-    if !have("nbdsh", t) {
+    let Some(WritebackServer {
+        dir,
+        cache,
+        b,
+        c,
+        mut s,
+    }) = writeback_server(t, 32, 16)
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
     let d = dir.path();
-    let (_, cache, b, c) = sparse_devices(d, 32, 16);
-    let mut s = Served::spawn(d, &b, &c, &["--create", "--mode", "writeback"]);
     let pid = s.pid().unwrap();
     assert_verified(
         &s,
@@ -443,14 +496,20 @@ fn a_second_server_on_a_served_cache_or_backing_device_is_refused() {
     std::fs::create_dir_all(&d2).unwrap();
     let other_backing = d2.join("other-backing.img");
     sparse_file(&other_backing, 32 * MIB);
-    let again = Served::unstarted(&d2, &other_backing.display().to_string(), &c, &[]);
+    let again = Served::unstarted(bin(), &d2, &other_backing.display().to_string(), &c, &[]);
     let msg = again.expect_refusal();
     assert!(msg.contains(&format!("in use by process {pid}")), "{msg}");
     assert!(msg.contains(&c), "{msg}");
     // The same backing device behind another cache.
     let other_cache = d2.join("other-cache.img");
     sparse_file(&other_cache, 16 * MIB);
-    let other = Served::unstarted(&d2, &b, &other_cache.display().to_string(), &["--create"]);
+    let other = Served::unstarted(
+        bin(),
+        &d2,
+        &b,
+        &other_cache.display().to_string(),
+        &["--create"],
+    );
     let msg = other.expect_refusal();
     assert!(msg.contains(&format!("in use by process {pid}")), "{msg}");
     assert!(msg.contains(&b), "{msg}");
@@ -519,7 +578,7 @@ fn killed_again_and_again_while_recovering_the_next_start_recovers_everything() 
     let d = dir.path();
     let (_, _, b, c) = sparse_devices(d, 64, 32);
     let args = ["--create", "--mode", "writeback", "--block-size", "4k"];
-    let mut s = Served::spawn(d, &b, &c, &args);
+    let mut s = Served::spawn(bin(), d, &b, &c, &args);
     // 1500 dirty blocks, and 1500 clean cached ones (reads of untouched
     // blocks promote them).
     assert_verified(

@@ -45,7 +45,7 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
         "64k",
     ];
     args.extend(QUIET_CLEANER);
-    let mut s = Served::spawn(dir.path(), "", &cache.display().to_string(), &args);
+    let mut s = Served::spawn(bin(), dir.path(), "", &cache.display().to_string(), &args);
     let list = run(Command::new("nbdinfo")
         .arg("--list")
         .arg(format!("nbd+unix:///?socket={}", s.socket().display())));
@@ -136,6 +136,7 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
     // Without vm-b, the pool is refused, naming it; so is a pool given a
     // --backing as well.
     let lone = Served::unstarted(
+        bin(),
         dir.path(),
         "",
         &cache.display().to_string(),
@@ -147,6 +148,7 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
         "{err}"
     );
     let both = Served::unstarted(
+        bin(),
         dir.path(),
         &a.display().to_string(),
         &cache.display().to_string(),
@@ -177,7 +179,7 @@ fn kill_9_loses_no_flushed_write_of_any_volume() {
         args.push(a.to_string());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut s = Served::spawn(dir.path(), "", &cache.display().to_string(), &args);
+    let mut s = Served::spawn(bin(), dir.path(), "", &cache.display().to_string(), &args);
     let mut written = Vec::new();
     for (k, v) in ["v1", "v2", "v3"].iter().enumerate() {
         let data = pattern(10 + k as u64, (3 * MIB) as usize);

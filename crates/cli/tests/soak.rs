@@ -4,14 +4,13 @@
 //! thread reads stats, switches modes and flushes. Zero verification errors;
 //! the server's open files and memory stay flat.
 
-use std::process::{Command, Stdio};
+mod common;
+
+use common::{bin, tiercache, Served};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-fn tc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-}
 
 fn fds_and_rss(pid: u32) -> (usize, u64) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -49,7 +48,7 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
         .unwrap()
         .set_len(6 << 20)
         .unwrap();
-    let st = tc()
+    let st = tiercache()
         .args([
             "create",
             "--block-size",
@@ -68,28 +67,22 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let mut server = tc()
-        .args(["serve", "--sequential-cutoff", "0", "--backing"])
-        .arg(d.join("b.img"))
-        .arg("--cache")
-        .arg(d.join("c.img"))
-        .arg("--socket")
-        .arg(d.join("s.sock"))
-        .arg("--control")
-        .arg(d.join("s.ctl"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.join("serve.log")).unwrap())
-        .spawn()
-        .unwrap();
-    for _ in 0..500 {
-        if d.join("s.ctl").exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let ctl = d.join("s.ctl");
+    let mut server = Served::spawn(
+        bin(),
+        d,
+        &d.join("b.img").display().to_string(),
+        &d.join("c.img").display().to_string(),
+        &["--sequential-cutoff", "0"],
+    );
+    let pid = server.pid().unwrap();
+    let ctl = server.control();
     let control = |args: &[&str]| -> String {
-        let out = tc().args(args).arg("--control").arg(&ctl).output().unwrap();
+        let out = tiercache()
+            .args(args)
+            .arg("--control")
+            .arg(&ctl)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{args:?}: {}",
@@ -97,13 +90,12 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let before = fds_and_rss(server.id());
+    let before = fds_and_rss(pid);
     let stop = Arc::new(AtomicBool::new(false));
     // Samples of (fds, RSS) through the run: after warm-up they must stay
     // flat, not just end below a bound.
     let sampler = {
         let stop = stop.clone();
-        let pid = server.id();
         std::thread::spawn(move || {
             let mut samples = Vec::new();
             while !stop.load(Ordering::SeqCst) {
@@ -146,7 +138,7 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
     };
     let uri = format!(
         "--uri=nbd+unix:///default?socket={}",
-        d.join("s.sock").display()
+        server.socket().display()
     );
     let out = Command::new("fio")
         .current_dir(d)
@@ -216,15 +208,8 @@ fn sixteen_verifying_clients_with_mode_switches_and_flushes() {
         stats["trims"].as_u64().unwrap() > 0,
         "no trim reached the engine"
     );
-    let after = fds_and_rss(server.id());
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child's.
-    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
-    let st = server.wait().unwrap();
-    assert!(
-        st.success(),
-        "{}",
-        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
-    );
+    let after = fds_and_rss(pid);
+    server.stop();
     let dec = &stats["decisions"];
     assert!(
         dec["promotions"].as_u64().unwrap() > 0 && dec["demotions"].as_u64().unwrap() > 0,

@@ -8,132 +8,21 @@ use std::collections::HashSet;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
-const MIB: u64 = 1 << 20;
+mod common;
 
-use tiercache_testkit::have;
+use common::*;
+use tiercache_testkit::Pki;
 
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Runs a command; true if it succeeded (output printed either way).
-fn succeeds(cmd: &mut Command) -> bool {
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "{cmd:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.status.success()
-}
-
-fn tiercache() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-}
-
-/// `tiercache serve` with `args` (a RAM backing device and cache), in `dir`.
-struct Served {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Served {
-    fn start(dir: &Path, args: &[&str]) -> Served {
-        let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-        let child = tiercache()
-            .args(["serve", "--backing", "mem:16M", "--cache", "mem:4M"])
-            .arg("--socket")
-            .arg(dir.join("nbd.sock"))
-            .args(args)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut s = Served {
-            child,
-            dir: dir.to_path_buf(),
-        };
-        let start = Instant::now();
-        while !s.log().contains("tiercache: serving") {
-            if let Some(st) = s.child.try_wait().unwrap() {
-                panic!("serve exited with {st}: {}", s.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "serve did not start: {}",
-                s.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
-            .unwrap()
-            .count()
-    }
-
-    /// TCP ports the server process listens on (IPv4 and IPv6).
-    fn listening_tcp_ports(&self) -> HashSet<u16> {
-        let inodes: HashSet<String> = std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
-            .unwrap()
-            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-            .filter_map(|l| {
-                let l = l.to_string_lossy().into_owned();
-                Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
-            })
-            .collect();
-        let mut ports = HashSet::new();
-        for table in ["tcp", "tcp6"] {
-            let text =
-                std::fs::read_to_string(format!("/proc/{}/net/{table}", self.pid())).unwrap();
-            for line in text.lines().skip(1) {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                // local_address, state (0A = LISTEN), inode.
-                if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
-                    let port = f[1].rsplit(':').next().unwrap();
-                    ports.insert(u16::from_str_radix(port, 16).unwrap());
-                }
-            }
-        }
-        ports
-    }
-
-    fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid, which has not been reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let st = self.child.wait().unwrap();
-        assert!(st.success(), "serve exited with {st}: {}", self.log());
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `tiercache serve` with `args` on RAM devices (a 16 MiB backing device,
+/// a 4 MiB cache), in `dir`, once every listener is up.
+fn serve(dir: &Path, args: &[&str]) -> Served {
+    let mut s = Served::spawn(bin(), dir, "mem:16M", "mem:4M", args);
+    s.wait_for_log("tiercache: serving");
+    s
 }
 
 /// A loopback port nobody listens on right now.
@@ -143,89 +32,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// A CA, a server certificate for localhost/127.0.0.1, and libnbd's client
-/// directory layout (`ca-cert.pem`), made with the openssl command.
-struct Pki {
-    dir: PathBuf,
-}
-
-impl Pki {
-    fn new(dir: &Path, name: &str) -> Pki {
-        let d = dir.join(name);
-        std::fs::create_dir_all(d.join("client")).unwrap();
-        let ossl = |args: &[&str]| run(Command::new("openssl").current_dir(&d).args(args));
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec!["req", "-x509"];
-        ca.extend(ec);
-        ca.extend([
-            "-keyout",
-            "ca-key.pem",
-            "-out",
-            "ca-cert.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tiercache test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        ossl(&ca);
-        let mut req = vec!["req"];
-        req.extend(ec);
-        req.extend([
-            "-keyout",
-            "server-key.pem",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ]);
-        ossl(&req);
-        std::fs::write(
-            d.join("ext.cnf"),
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\n\
-             extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n",
-        )
-        .unwrap();
-        ossl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca-cert.pem",
-            "-CAkey",
-            "ca-key.pem",
-            "-CAcreateserial",
-            "-out",
-            "server-cert.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ]);
-        std::fs::set_permissions(
-            d.join("server-key.pem"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-        std::fs::copy(d.join("ca-cert.pem"), d.join("client/ca-cert.pem")).unwrap();
-        Pki { dir: d }
-    }
-
-    fn path(&self, f: &str) -> String {
-        self.dir.join(f).display().to_string()
-    }
 }
 
 #[test]
@@ -291,7 +97,7 @@ fn insecure_listen_serves_plain_nbd_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let s = Served::start(dir.path(), &["--listen", &addr, "--insecure"]);
+    let mut s = serve(dir.path(), &["--listen", &addr, "--insecure"]);
     assert!(s.log().contains("WARNING"), "{}", s.log());
     let size = run(Command::new("nbdinfo").args(["--size", &format!("nbd://{addr}/default")]));
     assert_eq!(size.trim(), (16 * MIB).to_string());
@@ -300,23 +106,23 @@ fn insecure_listen_serves_plain_nbd_with_a_warning() {
 
 #[test]
 fn x509_tls_serves_nbdinfo_and_nbdcopy_and_refuses_plain_clients() {
-    if !have("nbdinfo", "x509_tls") || !have("nbdcopy", "x509_tls") || !have("openssl", "x509_tls")
-    {
+    if !have("nbdinfo", "x509_tls") || !have("nbdcopy", "x509_tls") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path(), "pki");
+    let (cert, key) = pki.server_files();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let s = Served::start(
+    let mut s = serve(
         dir.path(),
         &[
             "--listen",
             &addr,
             "--tls-cert",
-            &pki.path("server-cert.pem"),
+            cert.to_str().unwrap(),
             "--tls-key",
-            &pki.path("server-key.pem"),
+            key.to_str().unwrap(),
         ],
     );
     assert!(!s.log().contains("WARNING"), "{}", s.log());
@@ -327,7 +133,7 @@ fn x509_tls_serves_nbdinfo_and_nbdcopy_and_refuses_plain_clients() {
     );
     let uri = format!(
         "nbds://{addr}/default?tls-certificates={}",
-        pki.path("client")
+        pki.client_dir("client", None).display()
     );
     let size = run(Command::new("nbdinfo").args(["--size", &uri]));
     assert_eq!(size.trim(), (16 * MIB).to_string());
@@ -349,7 +155,7 @@ fn x509_tls_serves_nbdinfo_and_nbdcopy_and_refuses_plain_clients() {
     let other = Pki::new(dir.path(), "other");
     assert!(!succeeds(Command::new("nbdinfo").arg(format!(
         "nbds://{addr}/default?tls-certificates={}",
-        other.path("client")
+        other.client_dir("client", None).display()
     ))));
     // Only --listen's port is open; the control socket is a private Unix
     // socket.
@@ -371,7 +177,7 @@ fn psk_tls_serves_the_right_key_only() {
     std::fs::write(&wrong, format!("alice:{}\n", "ab".repeat(32))).unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let s = Served::start(
+    let mut s = serve(
         dir.path(),
         &["--listen", &addr, "--tls-psk", keys.to_str().unwrap()],
     );
@@ -391,7 +197,7 @@ fn unix_sockets_are_private_no_tcp_port_opens_and_idle_crowds_stay_bounded() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let s = Served::start(dir.path(), &[]);
+    let mut s = serve(dir.path(), &[]);
     // SAFETY: getuid(2) has no preconditions and cannot fail.
     let me = unsafe { libc::getuid() };
     for f in ["nbd.sock", "nbd.ctl"] {

@@ -18,15 +18,12 @@
 //! caller to compare with what it expects. Decoders never panic, whatever
 //! the bytes (a property test and the fuzz targets check this).
 
+pub use crate::geometry::{valid_block_size, Area, ENTRY_LEN, META_BLOCK, PAYLOAD_AT};
 use crate::layout::{Layout, SNAPSHOT_ENTRIES_PER_BLOCK};
-use tiercache_types::{CacheMode, VolumeId, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE};
+use tiercache_types::{CacheMode, VolumeId};
 
-/// Size of every metadata block, in bytes.
-pub const META_BLOCK: usize = 4096;
 /// Length of the common header.
 pub const HEADER_LEN: usize = 48;
-/// Offset of the payload of snapshot, journal and volume-table blocks.
-pub const PAYLOAD_AT: usize = 64;
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"TIERCACH";
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TCSNAPSH";
@@ -100,9 +97,6 @@ pub struct Entry {
     /// trusted only after a clean shutdown.
     pub crc: Option<u32>,
 }
-
-/// Length of a packed entry on disk.
-pub const ENTRY_LEN: usize = 16;
 
 /// The on-disk form of an optional entry: the little-endian entry word
 /// (bytes 0..8), the little-endian crc (bytes 8..12), the volume index
@@ -295,22 +289,6 @@ pub fn check_header(b: &[u8], magic: &[u8; 8], block: u64) -> Result<Header, Dec
         uuid,
         seq: rd_u64(b, 40),
     })
-}
-
-/// Which of the two snapshot areas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Area {
-    A,
-    B,
-}
-
-impl Area {
-    pub fn other(self) -> Area {
-        match self {
-            Area::A => Area::B,
-            Area::B => Area::A,
-        }
-    }
 }
 
 /// What a backing device looked like, to recognise it again.
@@ -738,11 +716,6 @@ pub fn decode_journal_block(b: &[u8], block: u64) -> Result<JournalBlock, Decode
         last: flags & JOURNAL_FLAG_LAST != 0,
         records,
     })
-}
-
-/// Whether a block size is one tiercache supports.
-pub fn valid_block_size(bs: u32) -> bool {
-    bs.is_power_of_two() && (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs)
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Where each metadata region lies on the cache device.
 
-use crate::codec::{valid_block_size, ENTRY_LEN, META_BLOCK};
 use crate::error::{MetadataError, Result};
-use crate::volume::{volume_blocks, MAX_MAX_VOLUMES};
+use crate::geometry::{
+    valid_block_size, volume_blocks, Area, ENTRY_LEN, MAX_MAX_VOLUMES, META_BLOCK,
+};
 use tiercache_types::align_up;
 
 /// Packed 16-byte entries per snapshot block: `(4096 - 64) / 16` = 252.
@@ -146,18 +147,18 @@ impl Layout {
     }
 
     /// First block of `area`.
-    pub fn area_start(&self, area: crate::codec::Area) -> u64 {
+    pub fn area_start(&self, area: Area) -> u64 {
         match area {
-            crate::codec::Area::A => self.snapshot_a,
-            crate::codec::Area::B => self.snapshot_b,
+            Area::A => self.snapshot_a,
+            Area::B => self.snapshot_b,
         }
     }
 
     /// First block of volume-table copy `copy`.
-    pub fn volumes_start(&self, copy: crate::codec::Area) -> u64 {
+    pub fn volumes_start(&self, copy: Area) -> u64 {
         match copy {
-            crate::codec::Area::A => self.volumes_a,
-            crate::codec::Area::B => self.volumes_b,
+            Area::A => self.volumes_a,
+            Area::B => self.volumes_b,
         }
     }
 

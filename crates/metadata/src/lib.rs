@@ -67,6 +67,7 @@ mod check;
 pub mod codec;
 mod error;
 pub mod format2;
+mod geometry;
 mod layout;
 mod read;
 mod store;

@@ -44,16 +44,12 @@ use crate::codec::{
     BackingIdentity, DecodeError, Header, META_BLOCK, PAYLOAD_AT,
 };
 use crate::error::{MetadataError, Result};
+pub use crate::geometry::{volume_blocks, MAX_MAX_VOLUMES, VOLUMES_PER_BLOCK, VOLUME_RECORD_LEN};
 use tiercache_types::{CacheMode, VolumeId};
 
 pub const VOLUME_MAGIC: [u8; 8] = *b"TCVOLUME";
-/// Bytes per volume record.
-pub const VOLUME_RECORD_LEN: usize = 256;
-/// Volume records per table block: `(4096 - 64) / 256` = 15.
-pub const VOLUMES_PER_BLOCK: usize = (META_BLOCK - PAYLOAD_AT) / VOLUME_RECORD_LEN;
-/// Default, smallest and largest `max_volumes`.
+/// The default `max_volumes` (the largest is [`MAX_MAX_VOLUMES`]).
 pub const DEFAULT_MAX_VOLUMES: u32 = 1024;
-pub const MAX_MAX_VOLUMES: u32 = 65535;
 /// Longest volume name and path hint, in bytes.
 pub const MAX_NAME_LEN: usize = 63;
 pub const MAX_PATH_HINT_LEN: usize = 127;
@@ -368,11 +364,6 @@ pub fn decode_volume_slot(b: &[u8]) -> std::result::Result<VolumeSlot, DecodeErr
         sequential_cutoff: (flags & FLAG_CUTOFF != 0).then_some(cutoff),
         path_hint: path_hint.to_string(),
     }))
-}
-
-/// Table blocks per copy for `max_volumes` records.
-pub fn volume_blocks(max_volumes: u32) -> u64 {
-    u64::from(max_volumes).div_ceil(VOLUMES_PER_BLOCK as u64)
 }
 
 /// Records expected in table block `index` of a table of `max_volumes`.

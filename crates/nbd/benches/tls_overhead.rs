@@ -11,11 +11,11 @@
 //! Environment: TLS_BENCH_RUNTIME (seconds per run, default 5),
 //! TLS_BENCH_ROUNDS (interleaved runs per mode, best kept, default 2).
 
-use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use tiercache_nbd::{Listener, MemExport, RunningServer, Server, ServerConfig, TlsConfig, TlsMode};
+use tiercache_testkit::Pki;
 
 const SIZE: u64 = 1 << 30;
 
@@ -122,19 +122,10 @@ fn serve(tls: TlsMode) -> (RunningServer, u16) {
 /// Server credentials; the CA goes where libnbd looks by default,
 /// `dir/.pki/libnbd/ca-cert.pem` (with HOME=dir).
 fn x509(dir: &Path) -> TlsConfig {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = p.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut p =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
-    let pki = dir.join(".pki/libnbd");
-    std::fs::create_dir_all(&pki).unwrap();
-    std::fs::write(pki.join("ca-cert.pem"), ca.pem()).unwrap();
-    TlsConfig::x509_from_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes(), None).unwrap()
+    let pki = Pki::new(dir, ".pki/libnbd");
+    std::fs::write(dir.join(".pki/libnbd/ca-cert.pem"), pki.ca_pem()).unwrap();
+    let (cert, key) = pki.server_pem();
+    TlsConfig::x509_from_pem(cert.as_bytes(), key.as_bytes(), None).unwrap()
 }
 
 fn main() {

@@ -6,91 +6,29 @@
 mod common;
 
 use common::*;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use tiercache_nbd::proto::{self, ClientOption, InfoRequest, CMD_READ};
 use tiercache_nbd::{Listener, MemExport, RunningServer, Server, ServerConfig, TlsConfig, TlsMode};
+use tiercache_testkit::Pki;
 
 const MIB: u64 = 1 << 20;
 
-/// A CA and what it signed, written out in libnbd's layout: a client
-/// directory (`ca-cert.pem`, and with a client certificate
-/// `client-cert.pem`/`client-key.pem`) for `tls-certificates=`, and the
-/// server's certificate and key.
-struct Pki {
-    ca_cert: rcgen::Certificate,
-    ca_key: KeyPair,
-    dir: PathBuf,
-}
-
-impl Pki {
-    fn new(dir: &Path, name: &str) -> Pki {
-        let dir = dir.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let ca_key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name
-            .push(DnType::CommonName, format!("{name} test CA"));
-        p.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = p.self_signed(&ca_key).unwrap();
-        Pki {
-            ca_cert,
-            ca_key,
-            dir,
-        }
-    }
-
-    /// Signs a leaf certificate; returns (cert PEM, key PEM).
-    fn issue(&self, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut p =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-        p.distinguished_name.push(DnType::CommonName, sans[0]);
-        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        p.extended_key_usages = vec![usage];
-        let cert = p.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    fn server_config(&self, client_ca: Option<&Pki>) -> TlsConfig {
-        let (cert, key) = self.issue(
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let ca = client_ca.map(|c| c.ca_cert.pem());
-        TlsConfig::x509_from_pem(
-            cert.as_bytes(),
-            key.as_bytes(),
-            ca.as_deref().map(str::as_bytes),
-        )
-        .unwrap()
-    }
-
-    /// A libnbd certificates directory trusting this CA, with a client
-    /// certificate from `client_ca` if given.
-    fn client_dir(&self, name: &str, client_ca: Option<&Pki>) -> PathBuf {
-        let d = self.dir.join(name);
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("ca-cert.pem"), self.ca_cert.pem()).unwrap();
-        if let Some(c) = client_ca {
-            let (cert, key) = c.issue(&["client"], ExtendedKeyUsagePurpose::ClientAuth);
-            std::fs::write(d.join("client-cert.pem"), cert).unwrap();
-            std::fs::write(d.join("client-key.pem"), key).unwrap();
-        }
-        d
-    }
+/// The server's TLS credentials: a certificate from `pki` for localhost,
+/// and with `client_ca` client certificates required and checked against
+/// that CA.
+fn server_config(pki: &Pki, client_ca: Option<&Pki>) -> TlsConfig {
+    let (cert, key) = pki.server_pem();
+    let ca = client_ca.map(Pki::ca_pem);
+    TlsConfig::x509_from_pem(
+        cert.as_bytes(),
+        key.as_bytes(),
+        ca.as_deref().map(str::as_bytes),
+    )
+    .unwrap()
 }
 
 fn serve_tcp(export: Arc<MemExport>, tls: TlsMode) -> (RunningServer, u16) {
@@ -103,18 +41,6 @@ fn serve_tcp(export: Arc<MemExport>, tls: TlsMode) -> (RunningServer, u16) {
     };
     let server = Server::single("", export, cfg).unwrap();
     (server.spawn(listener).unwrap(), port)
-}
-
-/// Runs a command; true if it succeeded (its output is printed either way).
-fn succeeds(cmd: &mut Command) -> bool {
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "{cmd:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.status.success()
 }
 
 fn nbdinfo_size(uri: &str) -> u64 {
@@ -131,7 +57,7 @@ fn x509_nbdinfo_and_nbdcopy_round_trip_and_wrong_ca_fails() {
     let pki = Pki::new(tmp.path(), "good");
     let (srv, port) = serve_tcp(
         Arc::new(MemExport::new(8 * MIB)),
-        TlsMode::Required(pki.server_config(None)),
+        TlsMode::Required(server_config(&pki, None)),
     );
     let certs = pki.client_dir("client", None);
     let uri = format!(
@@ -180,7 +106,7 @@ fn client_certificates_are_verified_when_a_ca_is_given() {
     let stranger_pki = Pki::new(tmp.path(), "strangers");
     let (srv, port) = serve_tcp(
         Arc::new(MemExport::new(MIB)),
-        TlsMode::Required(server_pki.server_config(Some(&client_pki))),
+        TlsMode::Required(server_config(&server_pki, Some(&client_pki))),
     );
     let uri = |d: &Path| format!("nbds://127.0.0.1:{port}/?tls-certificates={}", d.display());
     let member = server_pki.client_dir("member", Some(&client_pki));
@@ -269,7 +195,7 @@ fn optional_tls_serves_plain_and_tls_clients() {
     let pki = Pki::new(tmp.path(), "ca");
     let (srv, port) = serve_tcp(
         Arc::new(MemExport::new(MIB)),
-        TlsMode::Optional(pki.server_config(None)),
+        TlsMode::Optional(server_config(&pki, None)),
     );
     let certs = pki.client_dir("client", None);
     assert_eq!(
@@ -301,7 +227,7 @@ fn starttls(port: u16, pki: &Pki, before: &[ClientOption]) -> TlsClient {
     let r = read_option_replies(&mut s);
     assert_eq!(r, vec![(proto::REP_ACK, vec![])]);
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(pki.ca_cert.der().clone()).unwrap();
+    roots.add(pki.ca_der().into()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -319,7 +245,7 @@ fn raw_tls_client_state_reset_second_starttls_and_pipelining() {
     let pki = Pki::new(tmp.path(), "ca");
     let (srv, port) = serve_tcp(
         Arc::new(MemExport::new(16 * MIB)),
-        TlsMode::Required(pki.server_config(None)),
+        TlsMode::Required(server_config(&pki, None)),
     );
 
     // Before STARTTLS, in required mode, every option is refused with
@@ -384,7 +310,7 @@ fn raw_tls_client_state_reset_second_starttls_and_pipelining() {
     // fail on a structured one it did not ask for).
     let (srv2, port2) = serve_tcp(
         Arc::new(MemExport::new(MIB)),
-        TlsMode::Optional(pki.server_config(None)),
+        TlsMode::Optional(server_config(&pki, None)),
     );
     let t = starttls(port2, &pki, &[ClientOption::StructuredReply]);
     let mut c = RawClient::negotiate(t, false);
@@ -404,7 +330,7 @@ fn a_failed_tls_handshake_closes_only_that_connection() {
     let pki = Pki::new(tmp.path(), "ca");
     let (srv, port) = serve_tcp(
         Arc::new(MemExport::new(MIB)),
-        TlsMode::Required(pki.server_config(None)),
+        TlsMode::Required(server_config(&pki, None)),
     );
     let mut good = RawClient::negotiate(starttls(port, &pki, &[]), true);
     // Garbage where the ClientHello should be.

@@ -11,7 +11,7 @@
 //!    references, with their mean absolute error against the exact curve;
 //! 5. libCacheSim's LRU (its C core through the `libcachesim` Python
 //!    package) on the same 10M trace, if Python and the package are there
-//!    (skipped with a message otherwise; `scripts/install-py-deps.sh`
+//!    (skipped with a message otherwise; `scripts/python-deps.sh`
 //!    installs it into `.venv`).
 //!
 //! Times are CPU times of the measuring thread (or process, for the
@@ -288,7 +288,7 @@ fn libcachesim_lru(reqs: &[Request], cache_blocks: u64, ours: &[(&str, f64)]) {
         .map(|o| o.status.success())
         .unwrap_or(false);
     if !ok {
-        println!("  libCacheSim: skipped ({python} cannot import libcachesim; run scripts/install-py-deps.sh)");
+        println!("  libCacheSim: skipped ({python} cannot import libcachesim; run scripts/python-deps.sh)");
         return;
     }
     let dir = std::env::temp_dir().join(format!("sim_speed_{}", std::process::id()));

@@ -6,6 +6,8 @@
 //! input, never read from the OS inside a policy), and the small enums that
 //! name modes and policies on the command line, in config files and on disk.
 
+#![warn(missing_docs)]
+
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -13,8 +15,9 @@ use std::str::FromStr;
 /// The unit of addressing on the wire and on devices: 512 bytes.
 pub const SECTOR_SIZE: u64 = 512;
 
-/// Smallest and largest supported cache block size, in bytes.
+/// Smallest supported cache block size, in bytes.
 pub const MIN_BLOCK_SIZE: u32 = 4096;
+/// Largest supported cache block size, in bytes.
 pub const MAX_BLOCK_SIZE: u32 = 1 << 20;
 
 /// Index of a block on the backing ("origin") device, in units of the cache
@@ -36,6 +39,7 @@ pub struct OriginBlock(pub u64);
 pub struct VolumeId(pub u16);
 
 impl VolumeId {
+    /// The volume table index as a `usize`, for indexing per-volume arrays.
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -79,6 +83,7 @@ impl OriginBlock {
 pub struct CacheBlock(pub u32);
 
 impl CacheBlock {
+    /// The slot number as a `usize`, for indexing per-slot arrays.
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -107,17 +112,22 @@ impl fmt::Display for CacheBlock {
 pub struct Time(pub u64);
 
 impl Time {
+    /// The epoch.
     pub const ZERO: Time = Time(0);
 
+    /// `secs` seconds after the epoch (truncated to whole nanoseconds).
     pub fn from_secs_f64(secs: f64) -> Time {
         Time((secs * 1e9) as u64)
     }
+    /// Seconds since the epoch.
     pub fn as_secs_f64(self) -> f64 {
         self.0 as f64 / 1e9
     }
+    /// Nanoseconds from `other` to `self`, 0 when `other` is later.
     pub fn saturating_sub(self, other: Time) -> u64 {
         self.0.saturating_sub(other.0)
     }
+    /// `nanos` nanoseconds later (saturating at the end of time).
     pub fn add_nanos(self, nanos: u64) -> Time {
         Time(self.0.saturating_add(nanos))
     }
@@ -126,6 +136,7 @@ impl Time {
 /// A source of time. The live engine uses [`MonotonicClock`]; tests and the
 /// simulator use [`ManualClock`].
 pub trait Clock: Send + Sync {
+    /// The current time.
     fn now(&self) -> Time;
 }
 
@@ -136,6 +147,7 @@ pub struct MonotonicClock {
 }
 
 impl MonotonicClock {
+    /// A clock whose epoch is now.
     pub fn new() -> Self {
         MonotonicClock {
             start: std::time::Instant::now(),
@@ -162,14 +174,17 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock standing at `start`.
     pub fn new(start: Time) -> Self {
         ManualClock {
             nanos: std::sync::atomic::AtomicU64::new(start.0),
         }
     }
+    /// Moves the clock to `t` (earlier or later).
     pub fn set(&self, t: Time) {
         self.nanos.store(t.0, std::sync::atomic::Ordering::SeqCst);
     }
+    /// Moves the clock `nanos` nanoseconds forward.
     pub fn advance(&self, nanos: u64) {
         self.nanos
             .fetch_add(nanos, std::sync::atomic::Ordering::SeqCst);
@@ -185,7 +200,9 @@ impl Clock for ManualClock {
 /// Whether an access reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Access {
+    /// A read.
     Read,
+    /// A write.
     Write,
 }
 
@@ -193,8 +210,11 @@ pub enum Access {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} '{given}' (expected one of: {expected})")]
 pub struct ParseNameError {
+    /// What was being named, e.g. "cache mode".
     pub what: &'static str,
+    /// The name given.
     pub given: String,
+    /// The names accepted, comma-separated.
     pub expected: &'static str,
 }
 

@@ -6,7 +6,6 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use tiercache_nbd::proto::{self, ClientFlags, ClientOption, InfoRequest, ReplyHeader};
 use tiercache_nbd::{Export, Listener, RunningServer, Server, ServerConfig};
@@ -54,44 +53,8 @@ pub fn start(export: Arc<dyn Export>, config: ServerConfig) -> TestServer {
     }
 }
 
-/// True if `tool` is an executable in PATH (or /usr/sbin, /sbin);
-/// otherwise prints why the calling test is skipped.
-pub fn have(tool: &str, test: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var("PATH").unwrap_or_default();
-    let ok = path
-        .split(':')
-        .chain(["/usr/sbin", "/sbin"])
-        .map(|d| std::path::Path::new(d).join(tool))
-        .any(|p| {
-            std::fs::metadata(&p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        });
-    if !ok {
-        tiercache_testkit::skip(
-            test,
-            &format!("`{tool}` is not installed (scripts/install-deps.sh)"),
-        );
-    }
-    ok
-}
-
-/// Runs a command, panicking with its output if it fails; returns stdout.
-pub fn run(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    if !out.status.success() {
-        panic!(
-            "{cmd:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    String::from_utf8(out.stdout).unwrap()
-}
+#[allow(unused_imports)] // not every test file uses them
+pub use tiercache_testkit::{have, run, succeeds};
 
 /// A reply as seen by the raw client: errno and (for reads) data.
 #[derive(Debug, PartialEq, Eq)]
