@@ -483,7 +483,7 @@ impl Director {
         let picked = self
             .volumes
             .get_mut(donor)
-            .and_then(|d| d.share.pick_victim(donor, replacement));
+            .and_then(|d| d.share.pick_victim(donor, replacement, at_cap));
         let Some(gone) = picked else {
             // A capped volume with no clean block found stays at its cap.
             return at_cap.then_some(None);

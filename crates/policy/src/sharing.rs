@@ -29,8 +29,11 @@ use tiercache_types::{CacheBlock, OriginBlock, VolumeId};
 /// The hit curves reach this many times the cache, so the gain of a
 /// larger cache can be told too.
 pub const CURVE_REACH: u64 = 4;
-/// Slots a hand looks at for one eviction, at most.
-const HAND_SCAN: u32 = 8192;
+/// Slots a hand looks at for one steered eviction, at most (a volume
+/// holding a fraction f of the cache costs about 1/f slots a block; past
+/// this the policy's own victim goes instead). A capped volume's hand
+/// looks at the whole cache.
+const HAND_SCAN: u32 = 1024;
 /// Clean blocks of the volume compared by hint for one eviction.
 const HAND_SAMPLE: u32 = 8;
 
@@ -66,22 +69,29 @@ impl VolumeShare {
 
     /// The block of volume `volume` to evict: among the first few clean
     /// blocks of it the hand finds, the coldest by hint. None if the hand
-    /// found none within its scan.
+    /// found none within its scan (`whole`: the whole cache).
     pub(crate) fn pick_victim(
         &mut self,
         volume: VolumeId,
         replacement: &dyn Replacement,
+        whole: bool,
     ) -> Option<OriginBlock> {
-        let capacity = replacement.capacity();
+        let slots = replacement.slots();
+        let capacity = slots.capacity();
+        let scan = if whole {
+            capacity
+        } else {
+            HAND_SCAN.min(capacity)
+        };
         let mut best: Option<(u8, OriginBlock)> = None;
         let mut seen = 0;
-        for _ in 0..HAND_SCAN.min(capacity) {
+        for _ in 0..scan {
             let c = CacheBlock(self.hand);
             self.hand = (self.hand + 1) % capacity;
-            let Some(o) = replacement.oblock_of(c) else {
+            let Some(o) = slots.oblock_of(c) else {
                 continue;
             };
-            if o.volume() != volume || replacement.is_dirty(o) {
+            if o.volume() != volume || slots.is_dirty(c) {
                 continue;
             }
             let h = replacement.hint(o);

@@ -18,6 +18,9 @@ use std::collections::{HashMap, HashSet};
 use tiercache_policy::sharing::{split, SplitInput};
 use tiercache_policy::PolicyConfig;
 
+/// A measured hit curve: (slice blocks, block hits).
+type Curve = Vec<(u64, u64)>;
+
 /// Shared against static splits for one cache size and policy.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PoolSplit {
@@ -99,9 +102,9 @@ pub fn compare_splits(
         }
         Ok(r.hits_refs().0)
     };
-    // Each volume's curve: (blocks, hits) at growing slice sizes.
-    let mut curves = Vec::with_capacity(volumes.len());
-    for (_, reqs) in &volumes {
+    // Each volume's curve: (blocks, hits) at growing slice sizes, the
+    // volumes shared out among worker threads.
+    let curve_of = |reqs: &[Request]| -> Result<Curve, String> {
         let footprint = footprint(reqs, bs).min(capacity);
         let mut curve = vec![(0u64, 0u64)];
         let mut blocks = 1u64;
@@ -112,7 +115,38 @@ pub fn compare_splits(
             }
             blocks = (blocks + blocks.div_ceil(4)).min(footprint);
         }
-        curves.push(curve);
+        Ok(curve)
+    };
+    let threads = match spec.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut curves: Vec<Curve> = vec![Vec::new(); volumes.len()];
+    let done: Vec<Result<Vec<(usize, Curve)>, String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((_, reqs)) = volumes.get(i) else {
+                            return Ok(mine);
+                        };
+                        mine.push((i, curve_of(reqs)?));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a curve worker panicked"))
+            .collect()
+    });
+    for part in done {
+        for (i, c) in part? {
+            curves[i] = c;
+        }
     }
     let float: Vec<Vec<(u64, f64)>> = curves
         .iter()
