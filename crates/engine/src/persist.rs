@@ -121,7 +121,7 @@ pub struct OpenReport {
     /// ([`Engine::restore_check`], `verify.rs`).
     pub unverified_clean: u64,
     /// Clean claims dropped while opening after a crash: crc mismatch
-    /// (checked at open), no crc, or two claims for one block.
+    /// (checked at open) or no crc.
     pub dropped_clean: u64,
     /// The cache had been detached: it starts empty.
     pub was_detached: bool,
@@ -380,9 +380,9 @@ impl Engine {
             warnings: rec.warnings.clone(),
         };
         // Which entries to keep. After a detach: none. After a clean
-        // shutdown: all. After a crash: dirty ones, and clean ones whose
-        // crc matches the slot; of several claims for one block, the dirty
-        // one (there is at most one), else none.
+        // shutdown: all. After a crash: dirty ones, and clean ones with a
+        // crc (checked against the slot here with `verify_clean_at_open`,
+        // else lazily: `verify.rs`).
         let engine_built = started.elapsed();
         let mut keep: Vec<Option<Entry>> = rec.mapping.clone();
         let mut withdraw = 0u64;
@@ -397,37 +397,8 @@ impl Engine {
                 keep[slot] = None;
             }
         } else if !rec.was_clean_shutdown {
-            // The claims sorted by block: several claims for one block are
-            // neighbours (a sort, not a map of a million entries: it is on
-            // the path of a restart).
-            let mut by_block: Vec<(VolumeId, u64, usize)> = rec
-                .mapping
-                .iter()
-                .enumerate()
-                .filter_map(|(slot, e)| e.map(|e| (e.volume, e.oblock, slot)))
-                .collect();
-            by_block.sort_unstable();
-            let duplicates = by_block
-                .chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
-                .filter(|run| run.len() > 1)
-                .map(|run| run.iter().map(|c| c.2).collect::<Vec<usize>>());
-            for slots in duplicates {
-                let dirty: Vec<usize> = slots
-                    .iter()
-                    .copied()
-                    .filter(|&s| keep[s].is_some_and(|e| e.dirty))
-                    .collect();
-                if dirty.len() > 1 {
-                    return Err(EngineError::Config(format!(
-                        "slots {dirty:?} all hold dirty data for the same block; run `tiercache check`"
-                    )));
-                }
-                for &s in &slots {
-                    if !keep[s].is_some_and(|e| e.dirty) {
-                        keep[s] = None;
-                    }
-                }
-            }
+            // Two entries for one block never get here: the store refuses
+            // them as corrupt (`tiercache check --repair` sorts them out).
             for e in keep.iter_mut() {
                 if e.is_some_and(|e| !e.dirty && e.crc.is_none()) {
                     *e = None;
