@@ -63,7 +63,8 @@ fn qemu_nbd_client_with_reconnect_delay_sees_no_error_across_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = serve(dir.path());
     let opts = format!(
-        "driver=nbd,server.type=unix,server.path={},export=default,reconnect-delay=30",
+        "driver=nbd,server.type=unix,server.path={},export=default,reconnect-delay=30,\
+         open-timeout=30",
         s.socket().display()
     );
     let mut qemu = Command::new("qemu-io");
@@ -135,6 +136,7 @@ fn libnbd_client_reconnects_and_resends_across_kill_9() {
          \x20           if time.monotonic() - t0 > 30: raise\n\
          \x20           time.sleep(0.01)\n\
          h = connect()\n\
+         print('connected', flush=True)\n\
          reconnects = 0\n\
          def retry(f):\n\
          \x20   global h, reconnects\n\
@@ -159,7 +161,7 @@ fn libnbd_client_reconnects_and_resends_across_kill_9() {
     } else {
         "python3"
     };
-    let child = Command::new(python)
+    let mut child = Command::new(python)
         .arg("-c")
         .arg(&script)
         .arg(s.socket())
@@ -167,9 +169,14 @@ fn libnbd_client_reconnects_and_resends_across_kill_9() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The kills start once the client is connected (however slowly it
+    // started), so each one breaks a live connection.
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+    assert_eq!(first, "connected");
     kill_twice_during_io(&mut s, Duration::from_millis(300));
     let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout: String = lines.map_while(|l| l.ok()).map(|l| l + "\n").collect();
     assert!(
         out.status.success() && stdout.contains("verified"),
         "{stdout}{}",
