@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tiercache_engine::{
     Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions, PoolVolume,
+    RestoreVerifier,
 };
 use tiercache_nbd::{Listener, RunningServer, Server, ServerConfig};
 use tiercache_types::MonotonicClock;
@@ -119,6 +120,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             policy: s.policy_given.then(|| s.policy.clone()),
             sequential_cutoff: Some(s.sequential_cutoff),
             cache_error_limit: None,
+            verify_clean_at_open: false,
         };
         match Engine::open_pool(&pool, cache.clone(), &options, clock.clone()) {
             Ok((engine, report)) => {
@@ -134,8 +136,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
                         String::new()
                     } else {
                         format!(
-                            "; {} clean blocks checked against their crc, {} clean claims dropped",
-                            report.verified_clean, report.dropped_clean
+                            "; {} clean blocks to check against their crc (before their first \
+                             use, and in the background), {} clean claims dropped",
+                            report.unverified_clean, report.dropped_clean
                         )
                     },
                     if report.was_detached { "; it had been detached, so it starts empty" } else { "" }
@@ -184,6 +187,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     };
     let engine = Arc::new(engine);
     log_serving(&engine, &pool, &*cache)?;
+    // After a crash: the restored clean blocks are checked in the
+    // background while the server runs (each also before its first use).
+    let verifier = RestoreVerifier::spawn(engine.clone());
     let cleaner = Cleaner::spawn(
         engine.clone(),
         CleanerConfig {
@@ -242,6 +248,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         front.stop()?;
     }
     cleaner.stop();
+    verifier.stop();
     let detach = detached.load(Ordering::SeqCst);
     if !engine.is_persistent() && engine.dirty_blocks() > 0 {
         // A volatile (RAM) cache loses its contents: write dirty data back.

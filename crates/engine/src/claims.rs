@@ -33,20 +33,33 @@
 //! miss each other: either the commit sees the bump and drops the claim, or
 //! the bumper sees DURABLE and orders its writes.
 //!
+//! After a crash, a restored clean claim is *unverified* (bit
+//! [`UNVERIFIED`]) until its slot has been read and found to match the
+//! claim's crc (`verify.rs`: before its first use, or in the background).
+//! The bit lives in the same word as the generation, so any change of the
+//! slot's content or owner (which bumps the generation) also ends it: new
+//! content needs no check.
+//!
 //! Cost: 4 bytes of RAM per cache block, plus a small map of zombies that
-//! lives for at most one commit interval.
+//! lives for at most one commit interval, plus, after a crash and until
+//! every restored clean block is verified, 4 bytes per cache block for the
+//! expected crcs.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use tiercache_types::CacheBlock;
 
 /// A clean claim with a crc may be durable for this slot.
 pub(crate) const DURABLE: u32 = 1;
 /// A clean claim for the slot's current content has been recorded.
 pub(crate) const CLAIMED: u32 = 2;
-const FLAGS: u32 = DURABLE | CLAIMED;
-const GEN_STEP: u32 = 4;
+/// The slot's block was restored after a crash from a clean claim whose
+/// crc has not been checked against the slot yet: it must not be served
+/// before it is.
+pub(crate) const UNVERIFIED: u32 = 4;
+const FLAGS: u32 = DURABLE | CLAIMED | UNVERIFIED;
+const GEN_STEP: u32 = 8;
 
 /// Per-slot claim state (see the module comment).
 pub(crate) struct Claims {
@@ -55,6 +68,16 @@ pub(crate) struct Claims {
     /// withdrawn (record pending).
     zombies: Mutex<HashMap<u64, Vec<u32>>>,
     zombie_count: AtomicUsize,
+    /// The crc each UNVERIFIED slot's claim expects, by slot; emptied when
+    /// the last one is settled.
+    expected_crc: RwLock<Vec<u32>>,
+    /// Slots with UNVERIFIED set.
+    unverified: AtomicUsize,
+    /// Restored blocks found to match (verified) or not (dropped).
+    pub verified: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Where the background verification goes on.
+    pub verify_cursor: AtomicU32,
 }
 
 /// The generation part of a state word.
@@ -68,20 +91,93 @@ impl Claims {
             word: (0..capacity).map(|_| AtomicU32::new(0)).collect(),
             zombies: Mutex::new(HashMap::new()),
             zombie_count: AtomicUsize::new(0),
+            expected_crc: RwLock::new(Vec::new()),
+            unverified: AtomicUsize::new(0),
+            verified: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            verify_cursor: AtomicU32::new(0),
         }
     }
 
     /// Starts a change of `c`'s content or owner: moves the generation on
-    /// and clears CLAIMED. Returns the previous word (look at DURABLE).
+    /// and clears CLAIMED and UNVERIFIED. Returns the previous word (look
+    /// at DURABLE).
     pub fn bump(&self, c: CacheBlock) -> u32 {
         let w = &self.word[c.index()];
         let mut cur = w.load(SeqCst);
         loop {
             let new = (generation(cur).wrapping_add(GEN_STEP)) | (cur & DURABLE);
             match w.compare_exchange_weak(cur, new, SeqCst, SeqCst) {
-                Ok(prev) => return prev,
+                Ok(prev) => {
+                    if prev & UNVERIFIED != 0 {
+                        self.one_settled();
+                    }
+                    return prev;
+                }
                 Err(actual) => cur = actual,
             }
+        }
+    }
+
+    /// At open, before any IO: slot `c` holds a restored clean claim with
+    /// crc `crc`, durable, to be checked before the slot is served.
+    pub fn restore_unverified(&mut self, c: CacheBlock, crc: u32) {
+        let expected = self.expected_crc.get_mut();
+        if expected.is_empty() {
+            expected.resize(self.word.len(), 0);
+        }
+        expected[c.index()] = crc;
+        let w = self.word[c.index()].get_mut();
+        if *w & UNVERIFIED == 0 {
+            *self.unverified.get_mut() += 1;
+        }
+        *w |= DURABLE | CLAIMED | UNVERIFIED;
+    }
+
+    /// How many slots wait for their check.
+    pub fn unverified_count(&self) -> usize {
+        self.unverified.load(SeqCst)
+    }
+
+    /// Whether `c` must be checked before it is served.
+    pub fn is_unverified(&self, c: CacheBlock) -> bool {
+        self.unverified_count() != 0 && self.load(c) & UNVERIFIED != 0
+    }
+
+    /// For an unverified slot: its generation and the crc it must match.
+    pub fn expected(&self, c: CacheBlock) -> Option<(u32, u32)> {
+        let w = self.load(c);
+        if w & UNVERIFIED == 0 {
+            return None;
+        }
+        // Emptied only once no slot is left unverified: then this slot was
+        // settled after the load above, and is not to be checked.
+        let crc = *self.expected_crc.read().get(c.index())?;
+        Some((generation(w), crc))
+    }
+
+    /// The content of generation `gen` matched its crc: ends UNVERIFIED.
+    /// False (nothing changed) if the generation moved on or it had ended.
+    pub fn settle_verified(&self, c: CacheBlock, gen: u32) -> bool {
+        let w = &self.word[c.index()];
+        let mut cur = w.load(SeqCst);
+        loop {
+            if generation(cur) != gen || cur & UNVERIFIED == 0 {
+                return false;
+            }
+            match w.compare_exchange_weak(cur, cur & !UNVERIFIED, SeqCst, SeqCst) {
+                Ok(_) => {
+                    self.one_settled();
+                    return true;
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    fn one_settled(&self) {
+        if self.unverified.fetch_sub(1, SeqCst) == 1 {
+            *self.expected_crc.write() = Vec::new();
         }
     }
 
@@ -150,7 +246,7 @@ impl Claims {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.word.len() * 4
+        self.word.len() * 4 + self.expected_crc.read().len() * 4
     }
 }
 
@@ -197,5 +293,30 @@ mod tests {
         assert!(!c.any_zombie(0..u64::MAX));
         c.remove_zombie(7, 2);
         assert_eq!(c.zombie_count.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn unverified_ends_by_a_check_of_its_generation_or_by_a_bump() {
+        let mut c = Claims::new(3);
+        c.restore_unverified(CacheBlock(0), 11);
+        c.restore_unverified(CacheBlock(2), 22);
+        assert_eq!(c.unverified_count(), 2);
+        assert!(c.is_unverified(CacheBlock(0)) && !c.is_unverified(CacheBlock(1)));
+        assert_eq!(c.load(CacheBlock(0)) & FLAGS, FLAGS);
+        let (gen, crc) = c.expected(CacheBlock(2)).unwrap();
+        assert_eq!(crc, 22);
+        c.bump(CacheBlock(2));
+        assert!(
+            !c.settle_verified(CacheBlock(2), gen),
+            "a moved slot is not settled"
+        );
+        assert_eq!(c.expected(CacheBlock(2)), None);
+        assert_eq!(c.unverified_count(), 1);
+        let (gen, _) = c.expected(CacheBlock(0)).unwrap();
+        assert!(c.settle_verified(CacheBlock(0), gen));
+        assert!(!c.settle_verified(CacheBlock(0), gen), "settled once");
+        assert_eq!(c.unverified_count(), 0);
+        assert_eq!(c.load(CacheBlock(0)) & FLAGS, DURABLE | CLAIMED);
+        assert_eq!(c.memory_bytes(), 12, "the crcs are freed");
     }
 }

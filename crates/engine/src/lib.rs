@@ -18,7 +18,8 @@
 //! the front end itself (`cached_read.rs`); writes and trims (`write.rs`);
 //! flushes (`flush.rs`); the pool's volumes and their handles (`pool.rs`); slot fills (`fill.rs`); writeback (`writeback.rs`)
 //! and the background [`Cleaner`] (`cleaner.rs`); device errors
-//! (`failure.rs`); persistence (`persist.rs`, `claims.rs`); the locks that
+//! (`failure.rs`); persistence (`persist.rs`, `claims.rs`, and the lazy check of
+//! restored blocks, `verify.rs`); the locks that
 //! order concurrent IO (`locks.rs`, `slot_state.rs`); counters
 //! (`stats.rs`).
 
@@ -36,6 +37,7 @@ mod pool;
 mod read;
 mod slot_state;
 mod stats;
+mod verify;
 mod volume;
 mod write;
 mod writeback;
@@ -47,6 +49,7 @@ pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
 pub use stats::{EngineStats, VolumeStats};
+pub use verify::{RestoreCheck, RestoreVerifier};
 
 use locks::StripeLocks;
 use parking_lot::{Mutex, RwLock};

@@ -40,6 +40,7 @@ impl Engine {
         }
         let blocks = vol.blocks_of(offset, len);
         let locked = self.locks.shared(vol.keys(blocks.clone()));
+        self.verify_before_use(vol, blocks);
         self.read_locked(vol, offset, buf, locked, false)
             .expect("a read that may wait always runs")
     }
@@ -74,7 +75,8 @@ impl Engine {
     }
 
     /// Whether every block of `blocks` is a read hit on a slot that holds
-    /// its data (not being filled). Call with the director locked; the
+    /// its data (not being filled, not waiting for the check of a block
+    /// restored after a crash: `verify.rs`). Call with the director locked; the
     /// answer holds for as long as it stays locked.
     pub(crate) fn all_ready_hits(
         &self,
@@ -84,7 +86,7 @@ impl Engine {
     ) -> bool {
         blocks.all(|b| {
             d.read_hit_slot(vol.key(b))
-                .is_some_and(|c| self.slots.is_ready(c))
+                .is_some_and(|c| self.slots.is_ready(c) && !self.claims.is_unverified(c))
         })
     }
 

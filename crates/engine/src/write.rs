@@ -43,6 +43,9 @@ impl Engine {
         let blocks = vol.blocks_of(offset, len);
         let _locked = self.locks.exclusive(vol.keys(blocks.clone()));
         vol.check_attached()?;
+        // A block restored after a crash is checked before it is written in
+        // place (a partial write would keep its unchecked rest).
+        self.verify_before_use(vol, blocks.clone());
         let now = self.clock.now();
         self.note_client_io(now);
         let first = blocks.start;

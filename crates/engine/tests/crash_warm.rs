@@ -119,13 +119,19 @@ fn writethrough_clean_blocks_are_warm_after_a_crash() {
     let (e, report) = r.reopen();
     assert!(!report.was_clean_shutdown);
     assert_eq!(report.restored_blocks, 32, "{report:?}");
-    assert_eq!(report.verified_clean, 32, "{report:?}");
+    assert_eq!(report.unverified_clean, 32, "{report:?}");
     assert_eq!(report.dropped_clean, 0, "{report:?}");
     for b in 0..32 {
         assert_eq!(read_block(&e, b), block_of(b as u8 + 1));
     }
     let s = e.stats();
     assert_eq!((s.decisions.read_hits, s.decisions.read_misses), (32, 0));
+    let checked = e.restore_check();
+    assert_eq!(
+        (checked.unverified, checked.verified, checked.dropped),
+        (0, 32, 0),
+        "each checked before its first hit"
+    );
 }
 
 #[test]
@@ -147,7 +153,7 @@ fn writeback_blocks_cleaned_before_a_crash_come_back_clean() {
     r.backing.crash();
     let (e, report) = r.reopen();
     assert_eq!(report.restored_dirty, 8, "{report:?}");
-    assert_eq!(report.verified_clean, 16, "{report:?}");
+    assert_eq!(report.unverified_clean, 16, "{report:?}");
     assert_eq!(report.restored_blocks, 24, "{report:?}");
     for b in 0..24 {
         assert_eq!(read_block(&e, b), block_of(0x40 + b as u8));
@@ -156,17 +162,19 @@ fn writeback_blocks_cleaned_before_a_crash_come_back_clean() {
     assert_eq!((s.decisions.read_hits, s.decisions.read_misses), (24, 0));
 }
 
-#[test]
-fn a_claim_that_no_longer_matches_is_dropped() {
-    let (r, e) = rig(CacheMode::WriteThrough, 64);
+/// Blocks 0..4 (contents 1..=4) cached clean in `mode` and claimed, then a
+/// crash after which the cached copy of block 2 is scribbled over behind
+/// the engine's back: its claim no longer matches.
+fn crash_with_block_2_corrupted(mode: CacheMode) -> Rig {
+    let (r, e) = rig(mode, 64);
     seed_backing(&r, 0..4);
     for b in 0..4 {
         read_block(&e, b);
     }
     e.flush().unwrap();
     drop(e);
-    // Scribble over slot data behind the engine's back (the data area
-    // starts after the metadata; find block 2's copy by its content).
+    // The data area starts after the metadata; find block 2's copy by its
+    // content.
     let image = r.cache.durable_image();
     let needle = block_of(3);
     let at = image
@@ -178,14 +186,93 @@ fn a_claim_that_no_longer_matches_is_dropped() {
         .unwrap();
     r.cache.flush().unwrap();
     r.cache.crash();
+    r
+}
+
+#[test]
+fn a_claim_that_no_longer_matches_is_dropped_before_its_first_hit() {
+    let r = crash_with_block_2_corrupted(CacheMode::WriteThrough);
     let (e, report) = r.reopen();
-    assert_eq!(report.verified_clean, 4, "{report:?}");
-    assert_eq!(report.dropped_clean, 1, "{report:?}");
+    assert_eq!(report.unverified_clean, 4, "{report:?}");
+    assert_eq!(report.verified_clean, 0, "nothing read at open");
+    let mut buf = vec![0u8; BLOCK];
+    assert!(
+        e.read_if_cached(2 * BLOCK as u64, &mut buf).is_none(),
+        "an unchecked block is no quick hit"
+    );
     assert_eq!(
         read_block(&e, 2),
         block_of(3),
         "served from the backing device"
     );
+    let s = e.stats();
+    assert_eq!((s.decisions.read_hits, s.decisions.read_misses), (0, 1));
+    assert_eq!(e.restore_check().dropped, 1);
+    assert_eq!(read_block(&e, 1), block_of(2), "a matching block is a hit");
+    assert_eq!(e.stats().decisions.read_hits, 1);
+}
+
+#[test]
+fn a_claim_that_no_longer_matches_is_dropped_by_the_background_check() {
+    let r = crash_with_block_2_corrupted(CacheMode::WriteThrough);
+    let (e, _) = r.reopen();
+    let checked = e.verify_all_restored();
+    assert_eq!(
+        (checked.unverified, checked.verified, checked.dropped),
+        (0, 3, 1)
+    );
+    let mut buf = vec![0u8; BLOCK];
+    assert!(e.read_if_cached(BLOCK as u64, &mut buf).is_some());
+    assert_eq!(read_block(&e, 2), block_of(3));
+    let s = e.stats();
+    assert_eq!((s.decisions.read_hits, s.decisions.read_misses), (1, 1));
+}
+
+#[test]
+fn a_claim_that_no_longer_matches_is_dropped_at_open_when_asked() {
+    let r = crash_with_block_2_corrupted(CacheMode::WriteThrough);
+    let (e, report) = Engine::open(
+        r.backing.clone() as Arc<dyn BlockDevice>,
+        r.cache.clone() as Arc<dyn BlockDevice>,
+        &OpenOptions {
+            verify_clean_at_open: true,
+            ..OpenOptions::default()
+        },
+        r.clock.clone(),
+        "backing",
+    )
+    .unwrap();
+    assert_eq!(report.verified_clean, 4, "{report:?}");
+    assert_eq!(report.dropped_clean, 1, "{report:?}");
+    assert_eq!(report.unverified_clean, 0, "{report:?}");
+    assert_eq!(read_block(&e, 2), block_of(3));
+}
+
+/// A partial write in place must not keep the unchecked rest of a block
+/// whose claim no longer matches.
+#[test]
+fn a_partial_write_to_a_block_that_no_longer_matches_keeps_none_of_it() {
+    let r = crash_with_block_2_corrupted(CacheMode::WriteBack);
+    let (e, _) = r.reopen();
+    e.write(2 * BLOCK as u64, &[0x77; 512], false).unwrap();
+    let got = read_block(&e, 2);
+    assert_eq!(&got[..512], &[0x77; 512][..]);
+    assert_eq!(&got[512..], &block_of(3)[512..], "the rest from backing");
+}
+
+/// A clean shutdown before the background check finished writes a mapping
+/// the next open trusts: what it holds must have been checked.
+#[test]
+fn a_clean_shutdown_checks_the_restored_blocks_first() {
+    let r = crash_with_block_2_corrupted(CacheMode::WriteThrough);
+    let (e, _) = r.reopen();
+    e.shutdown(false).unwrap();
+    assert_eq!(e.restore_check().dropped, 1);
+    drop(e);
+    let (e, report) = r.reopen();
+    assert!(report.was_clean_shutdown);
+    assert_eq!(report.restored_blocks, 3, "{report:?}");
+    assert_eq!(read_block(&e, 2), block_of(3));
 }
 
 /// Rule 2: a writethrough write hit on a block with a durable clean claim.
@@ -297,7 +384,7 @@ fn clean_restart_then_crash_is_still_warm() {
     r.crash_keeping_backing(e);
     let (e, report) = r.reopen();
     assert!(!report.was_clean_shutdown);
-    assert!(report.verified_clean >= 15, "{report:?}");
+    assert!(report.unverified_clean >= 15, "{report:?}");
     for b in 0..16 {
         let want = if b == 7 { 0x11 } else { b as u8 + 1 };
         assert_eq!(read_block(&e, b), block_of(want), "block {b}");
@@ -373,9 +460,99 @@ fn written_blocks_are_reclaimed_and_then_survive_a_crash() {
     r.cache.crash();
     r.backing.crash();
     let (e, report) = r.reopen();
-    assert_eq!(report.verified_clean, 8, "{report:?}");
+    assert_eq!(report.unverified_clean, 8, "{report:?}");
     assert_eq!(report.dropped_clean, 0, "{report:?}");
     assert_eq!(read_block(&e, 2), block_of(0x42));
     assert_eq!(&read_block(&e, 3)[512..1024], &[0x43; 512][..]);
     assert_eq!(e.stats().decisions.read_misses, 0);
+}
+
+/// The lazy check under concurrent IO: after a crash that left a third of
+/// the cached copies corrupted, four threads read (the normal and the
+/// quick path) and write their own blocks while a background thread checks
+/// the restored blocks: every read returns the block's last written data,
+/// never a corrupted copy.
+#[test]
+fn restored_blocks_are_checked_safely_while_clients_run() {
+    const N: u64 = 48;
+    let (r, e) = rig(CacheMode::WriteThrough, 64);
+    seed_backing(&r, 0..N);
+    for b in 0..N {
+        read_block(&e, b);
+    }
+    e.flush().unwrap();
+    drop(e);
+    let image = r.cache.durable_image();
+    let mut corrupted = 0;
+    for (slot, chunk) in image.chunks(BLOCK).enumerate() {
+        let byte = chunk[0];
+        if (1..=N as u8).contains(&byte) && byte % 3 == 0 && chunk.iter().all(|&x| x == byte) {
+            r.cache
+                .write_at(&[byte ^ 0x5A; 512], (slot * BLOCK + 1024) as u64)
+                .unwrap();
+            corrupted += 1;
+        }
+    }
+    assert_eq!(corrupted, N / 3);
+    r.cache.flush().unwrap();
+    r.cache.crash();
+    let (e, report) = r.reopen();
+    assert_eq!(report.unverified_clean, N, "{report:?}");
+    let e = Arc::new(e);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let (e, stop) = (e.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst)
+                && e.verify_restored(4 * BLOCK as u64) > 0
+            {
+                std::thread::yield_now();
+            }
+        })
+    };
+    let clients: Vec<_> = (0..4u64)
+        .map(|t| {
+            let e = e.clone();
+            std::thread::spawn(move || {
+                let mine: Vec<u64> = (0..N).filter(|b| b % 4 == t).collect();
+                let mut want: Vec<Vec<u8>> = mine.iter().map(|&b| block_of(b as u8 + 1)).collect();
+                let mut x = t + 1;
+                for round in 0..400u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let i = (x % mine.len() as u64) as usize;
+                    let off = mine[i] * BLOCK as u64;
+                    match x % 5 {
+                        0 => {
+                            // A partial write in place.
+                            let data = vec![(round % 200) as u8 + 50; 512];
+                            e.write(off + 512, &data, false).unwrap();
+                            want[i][512..1024].copy_from_slice(&data);
+                        }
+                        1 => {
+                            let mut buf = vec![0u8; BLOCK];
+                            if let Some(r) = e.read_if_cached(off, &mut buf) {
+                                r.unwrap();
+                                assert_eq!(buf, want[i], "quick read of block {}", mine[i]);
+                            }
+                        }
+                        _ => {
+                            let mut buf = vec![0u8; BLOCK];
+                            e.read(off, &mut buf).unwrap();
+                            assert_eq!(buf, want[i], "read of block {}", mine[i]);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    checker.join().unwrap();
+    let checked = e.verify_all_restored();
+    assert_eq!(checked.unverified, 0);
+    assert!(checked.dropped <= N / 3, "{checked:?}");
 }
