@@ -1,5 +1,5 @@
-//! The control socket: `stats`, `flush`, `detach`, `set-mode`, `attach` and
-//! `detach-volume` talk to a running server through a Unix socket (mode
+//! The control socket: `stats`, `flush`, `detach`, `set-mode`, `attach`,
+//! `detach-volume` and `set-limits` talk to a running server through a Unix socket (mode
 //! 0600, never on the network).
 //!
 //! Protocol: the client sends one JSON request on one line; the server
@@ -35,6 +35,20 @@ pub enum Request {
     Attach {
         name: String,
         backing: String,
+        /// Bytes of the cache guaranteed to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        share: Option<u64>,
+        /// Bytes of the cache it may hold at most.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cap: Option<u64>,
+    },
+    /// Sets a pool volume's guaranteed share and cap of the cache (bytes;
+    /// no cap: none).
+    SetLimits {
+        volume: String,
+        share: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cap: Option<u64>,
     },
     /// Takes a volume out of the pool: its dirty blocks written back (with
     /// progress), its slots freed, its export gone; the others undisturbed.
@@ -210,11 +224,34 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
                 message: e.to_string(),
             },
         },
-        Request::Attach { name, backing } => match &t.pool {
+        Request::SetLimits { volume, share, cap } => {
+            match set_limits(&t.engine, &volume, share, cap) {
+                Ok(message) => {
+                    log::info!("{message}");
+                    Reply::Ok { message }
+                }
+                Err(e) => Reply::Error {
+                    message: format!("set-limits {volume}: {e:#}"),
+                },
+            }
+        }
+        Request::Attach {
+            name,
+            backing,
+            share,
+            cap,
+        } => match &t.pool {
             None => Reply::Error {
                 message: "this server cannot attach volumes (ublk serves one volume)".into(),
             },
-            Some(p) => match p.attach(&name, &backing) {
+            Some(p) => match p.attach(&name, &backing).and_then(|m| {
+                if share.is_some() || cap.is_some() {
+                    let limits = set_limits(&t.engine, &name, share.unwrap_or(0), cap)?;
+                    Ok(format!("{m}; {limits}"))
+                } else {
+                    Ok(m)
+                }
+            }) {
                 Ok(message) => {
                     log::info!("{message}");
                     Reply::Ok { message }
@@ -293,6 +330,25 @@ fn set_mode(engine: &Engine, mode: CacheMode, name: Option<&str>) -> Result<Stri
             Ok(format!("volume {name}: mode is now {mode}"))
         }
     }
+}
+
+/// Gives volume `name` a share and cap of the cache (bytes, rounded down to
+/// blocks).
+fn set_limits(engine: &Engine, name: &str, share: u64, cap: Option<u64>) -> Result<String> {
+    let id = volume_id(engine, name)?;
+    let bs = engine.block_size() as u64;
+    let limits = tiercache_engine::VolumeLimits {
+        share: share / bs,
+        cap: cap.map(|c| c / bs),
+    };
+    engine.set_volume_limits(id, limits)?;
+    Ok(format!(
+        "volume {name}: share {} blocks, cap {}",
+        limits.share,
+        limits
+            .cap
+            .map_or("none".to_string(), |c| format!("{c} blocks"))
+    ))
 }
 
 fn volume_id(engine: &Engine, name: &str) -> Result<tiercache_types::VolumeId> {
@@ -379,6 +435,13 @@ mod tests {
             Request::Attach {
                 name: "vm2".into(),
                 backing: "/dev/sdc".into(),
+                share: None,
+                cap: Some(1 << 30),
+            },
+            Request::SetLimits {
+                volume: "vm2".into(),
+                share: 1 << 28,
+                cap: None,
             },
             Request::DetachVolume { name: "vm2".into() },
         ] {

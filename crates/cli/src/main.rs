@@ -61,11 +61,27 @@ enum Command {
         #[command(flatten)]
         control: ControlArgs,
     },
-    /// Add a volume to a running pool: NAME=BACKING (BACKING as for
-    /// `serve --backing`); it is exported over NBD as NAME at once.
+    /// Add a volume to a running pool: NAME=BACKING[,share=SIZE][,cap=SIZE]
+    /// (BACKING as for `serve --backing`); it is exported over NBD as NAME
+    /// at once.
     Attach {
         #[arg(value_name = "NAME=BACKING")]
         volume: String,
+        #[command(flatten)]
+        control: ControlArgs,
+    },
+    /// Set a pool volume's guaranteed share and cap of the cache on a
+    /// running server (beyond them the volumes share by marginal utility).
+    SetLimits {
+        /// The volume.
+        #[arg(long)]
+        volume: String,
+        /// Cache guaranteed to it (e.g. 2G; 0: none).
+        #[arg(long, default_value = "0", value_parser = parse_size)]
+        share: u64,
+        /// Most cache it may hold (e.g. 8G; default: no cap).
+        #[arg(long, value_parser = parse_size)]
+        cap: Option<u64>,
         #[command(flatten)]
         control: ControlArgs,
     },
@@ -321,22 +337,43 @@ struct ServeFile {
 pub struct VolumeArg {
     pub name: Option<String>,
     pub spec: String,
+    /// Bytes of the cache guaranteed to this volume (`share=SIZE`).
+    pub share: Option<u64>,
+    /// Bytes of the cache it may hold at most (`cap=SIZE`).
+    pub cap: Option<u64>,
 }
 
 impl VolumeArg {
-    /// Parses `NAME=SPEC`.
+    /// Parses `NAME=BACKING[,share=SIZE][,cap=SIZE]`.
     fn parse(s: &str) -> Result<VolumeArg> {
-        let Some((name, spec)) = s.split_once('=') else {
+        let Some((name, rest)) = s.split_once('=') else {
             bail!("--volume {s:?}: give NAME=BACKING, e.g. --volume vm1=/dev/sdb");
         };
         tiercache_metadata::validate_name(name)
             .map_err(|e| anyhow::anyhow!("--volume {s:?}: {e}"))?;
+        let mut parts = rest.split(',');
+        let spec = parts.next().unwrap_or_default();
         if spec.is_empty() {
             bail!("--volume {s:?}: no backing device after '='");
+        }
+        let (mut share, mut cap) = (None, None);
+        for part in parts {
+            let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            let bytes = parse_size(value)
+                .map_err(|e| anyhow::anyhow!("--volume {s:?}: {key}={value}: {e}"))?;
+            match key {
+                "share" => share = Some(bytes),
+                "cap" => cap = Some(bytes),
+                _ => {
+                    bail!("--volume {s:?}: unknown option {part:?} (options: share=SIZE, cap=SIZE)")
+                }
+            }
         }
         Ok(VolumeArg {
             name: Some(name.to_string()),
             spec: spec.to_string(),
+            share,
+            cap,
         })
     }
 }
@@ -396,7 +433,12 @@ impl ServeArgs {
             (Some(_), false) => bail!(
                 "give either --backing (one volume) or --volume NAME=BACKING (a pool), not both"
             ),
-            (Some(spec), true) => vec![VolumeArg { name: None, spec }],
+            (Some(spec), true) => vec![VolumeArg {
+                name: None,
+                spec,
+                share: None,
+                cap: None,
+            }],
             (None, false) => named
                 .iter()
                 .map(|v| VolumeArg::parse(v))
@@ -717,6 +759,8 @@ fn main() {
             let req = control::Request::Attach {
                 name: v.name.unwrap_or_default(),
                 backing: v.spec,
+                share: v.share,
+                cap: v.cap,
             };
             control_call(&control, req, "attach")
         }),
@@ -724,6 +768,16 @@ fn main() {
             &control,
             control::Request::DetachVolume { name: volume },
             "detaching volume",
+        ),
+        Command::SetLimits {
+            volume,
+            share,
+            cap,
+            control,
+        } => control_call(
+            &control,
+            control::Request::SetLimits { volume, share, cap },
+            "set-limits",
         ),
         Command::SetMode {
             mode,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tiercache_engine::{
     Cleaner, CleanerConfig, Engine, EngineConfig, EngineError, OpenOptions, PoolVolume,
-    RestoreVerifier,
+    RestoreVerifier, VolumeLimits,
 };
 use tiercache_nbd::{Listener, RunningServer, Server, ServerConfig};
 use tiercache_types::MonotonicClock;
@@ -65,6 +65,31 @@ impl Signals {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// Gives every volume its `share=`/`cap=` (bytes, rounded down to blocks).
+fn apply_limits(engine: &Engine, s: &ServeSettings) -> Result<()> {
+    let bs = engine.block_size() as u64;
+    let ids = engine.volume_names();
+    for v in &s.volumes {
+        if v.share.is_none() && v.cap.is_none() {
+            continue;
+        }
+        let name = v.name.as_deref().unwrap_or_default();
+        let id = ids
+            .iter()
+            .find(|(_, n)| n == name)
+            .map(|(id, _)| *id)
+            .with_context(|| format!("volume {name} is not in the pool"))?;
+        let limits = VolumeLimits {
+            share: v.share.unwrap_or(0) / bs,
+            cap: v.cap.map(|c| c / bs),
+        };
+        engine
+            .set_volume_limits(id, limits)
+            .with_context(|| format!("volume {name}: share/cap"))?;
+    }
+    Ok(())
 }
 
 pub fn run(s: &ServeSettings) -> Result<()> {
@@ -185,6 +210,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     };
+    apply_limits(&engine, s)?;
     let engine = Arc::new(engine);
     log_serving(&engine, &pool, &*cache)?;
     // After a crash: the restored clean blocks are checked in the

@@ -22,7 +22,7 @@ const PY_CHUNK: &str = "def chunk(i):\n    return bytes([i % 251 + 1]) * 65536\n
 fn serve(d: &std::path::Path) -> Served {
     sparse_file(&d.join("backing.img"), 64 * MIB);
     sparse_file(&d.join("cache.img"), 16 * MIB);
-    Served::start(d, &["--block-size", "4k"])
+    Served::start(bin(), d, &["--block-size", "4k"])
 }
 
 /// Kills the server twice while the client runs, each time starting it

@@ -34,7 +34,7 @@ fn clean_blocks_corrupted_after_a_kill_are_never_served() {
     let d = dir.path();
     sparse_file(&d.join("backing.img"), 16 * MIB);
     sparse_file(&d.join("cache.img"), 16 * MIB);
-    let mut s = Served::start(d, &["--mode", "writethrough", "--block-size", "4k"]);
+    let mut s = Served::start(bin(), d, &["--mode", "writethrough", "--block-size", "4k"]);
     // Every block written (writethrough: cached clean), then a FLUSH: their
     // clean claims, with crcs, are committed.
     let out = s.nbdsh(&format!(

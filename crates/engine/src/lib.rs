@@ -48,7 +48,8 @@ pub use config::EngineConfig;
 pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
-pub use stats::{EngineStats, VolumeStats};
+pub use stats::{EngineStats, SharingStats, VolumeStats};
+pub use tiercache_policy::VolumeLimits;
 pub use verify::{RestoreCheck, RestoreVerifier};
 
 use locks::StripeLocks;
@@ -243,6 +244,7 @@ impl Engine {
                     id: v.id.0,
                     name: v.name.clone(),
                     stats: self.stats_of(v),
+                    sharing: self.sharing_of(v.id),
                 })
                 .collect();
         }

@@ -9,12 +9,14 @@
 //! and marks it detached, so that IO through a handle still held fails
 //! instead of filling the cache for a volume that is gone.
 
+use crate::stats::SharingStats;
 use crate::volume::Volume;
 use crate::Engine;
 use crate::{EngineError, EngineStats, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
+use tiercache_policy::VolumeLimits;
 use tiercache_types::{CacheMode, VolumeId};
 
 /// Longest volume name.
@@ -241,6 +243,32 @@ impl Engine {
         s.flushes = io[8];
         s.trims = io[9];
         s
+    }
+
+    /// Sets volume `id`'s guaranteed share and cap in the shared cache
+    /// (blocks). Refused when the share is above the cap or the shares add
+    /// up to more than the cache. Not recorded on the cache device: give
+    /// them again at each start (`serve --volume NAME=BACKING,share=..`).
+    pub fn set_volume_limits(&self, id: VolumeId, limits: VolumeLimits) -> Result<()> {
+        self.volume(id)?;
+        self.director
+            .lock()
+            .set_volume_limits(id, limits)
+            .map_err(|e| EngineError::Config(e.to_string()))
+    }
+
+    /// Volume `id`'s place in the shared cache.
+    pub(crate) fn sharing_of(&self, id: VolumeId) -> SharingStats {
+        let d = self.director.lock();
+        let limits = d.volume_limits(id).unwrap_or_default();
+        let more = (d.capacity() as u64).div_ceil(4);
+        SharingStats {
+            share_blocks: limits.share,
+            cap_blocks: limits.cap,
+            target_blocks: d.volume_target(id),
+            more_blocks: more,
+            gain: d.volume_gain(id, more),
+        }
     }
 
     /// Changes volume `id`'s mode for IOs from now on (dirty blocks stay

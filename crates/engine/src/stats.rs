@@ -64,6 +64,27 @@ pub struct VolumeStats {
     pub id: u16,
     pub name: String,
     pub stats: EngineStats,
+    /// Its place in the shared cache.
+    #[serde(default)]
+    pub sharing: SharingStats,
+}
+
+/// A volume's place in the pool's shared cache (see the policy crate's
+/// `sharing.rs`): its limits, the blocks the sharing gives it now, and
+/// what more space would be worth to it, read off its live hit curve.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SharingStats {
+    /// Guaranteed blocks.
+    pub share_blocks: u64,
+    /// Most blocks it may hold.
+    pub cap_blocks: Option<u64>,
+    /// Blocks the sharing gives it now (None before the first setting).
+    pub target_blocks: Option<u64>,
+    /// The extra blocks `gain` is for: a quarter of the cache.
+    pub more_blocks: u64,
+    /// Share of its block references (0..1) that `more_blocks` more would
+    /// turn from misses into hits (None while no curve is kept).
+    pub gain: Option<f64>,
 }
 
 impl EngineStats {
@@ -248,6 +269,33 @@ impl EngineStats {
             "Share of read blocks served from the cache.",
             &|s: &EngineStats| s.decisions.read_hit_ratio(),
         );
+        // Sharing: per volume only.
+        let mut volume_metric =
+            |name: &str, help: &str, value: &dyn Fn(&SharingStats) -> Option<f64>| {
+                let samples: Vec<_> = self
+                    .volumes
+                    .iter()
+                    .filter_map(|v| Some((&v.name, value(&v.sharing)?)))
+                    .collect();
+                if samples.is_empty() {
+                    return;
+                }
+                let _ = writeln!(out, "# HELP tiercache_{name} {help}");
+                let _ = writeln!(out, "# TYPE tiercache_{name} gauge");
+                for (volume, x) in samples {
+                    let _ = writeln!(out, "tiercache_{name}{{volume=\"{volume}\"}} {x}");
+                }
+            };
+        volume_metric(
+            "target_blocks",
+            "Blocks the pool's sharing gives the volume now.",
+            &|s: &SharingStats| s.target_blocks.map(|t| t as f64),
+        );
+        volume_metric(
+            "gain_from_quarter_more_ratio",
+            "Share of the volume's block references a quarter more cache would turn into hits.",
+            &|s: &SharingStats| s.gain,
+        );
         out
     }
 }
@@ -317,6 +365,24 @@ impl std::fmt::Display for EngineStats {
                 d.bypassed_ios,
                 s.backing_read_errors + s.backing_write_errors
             )?;
+            let sh = &v.sharing;
+            if let Some(t) = sh.target_blocks {
+                write!(f, "  target {t} blocks")?;
+            }
+            if sh.share_blocks > 0 {
+                write!(f, "  share {} blocks", sh.share_blocks)?;
+            }
+            if let Some(c) = sh.cap_blocks {
+                write!(f, "  cap {c} blocks")?;
+            }
+            if let Some(g) = sh.gain {
+                write!(
+                    f,
+                    "  would gain {:.1} points of hits from {} more blocks",
+                    g * 100.0,
+                    sh.more_blocks
+                )?;
+            }
         }
         Ok(())
     }
