@@ -20,7 +20,8 @@
 //! and the background [`Cleaner`] (`cleaner.rs`); device errors
 //! (`failure.rs`); persistence (`persist.rs`, `claims.rs`); the locks that
 //! order concurrent IO (`locks.rs`, `slot_state.rs`); counters
-//! (`stats.rs`).
+//! (`stats.rs`); recording the requests served (`recorder.rs`,
+//! `trace_ring.rs`).
 
 mod cached_read;
 mod claims;
@@ -34,8 +35,10 @@ mod locks;
 mod persist;
 mod pool;
 mod read;
+mod recorder;
 mod slot_state;
 mod stats;
+mod trace_ring;
 mod volume;
 mod write;
 mod writeback;
@@ -46,6 +49,9 @@ pub use config::EngineConfig;
 pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
+pub use recorder::{
+    Recording, TraceStats, TracedOp, TracedRequest, DEFAULT_TRACE_BUFFER, MAX_TRACED_LEN,
+};
 pub use stats::{EngineStats, VolumeStats};
 
 use locks::StripeLocks;
@@ -82,6 +88,8 @@ pub struct Engine {
     last_client_io: std::sync::atomic::AtomicU64,
     /// Metadata on the cache device; `None` for a volatile cache.
     persist: Option<persist::Persistence>,
+    /// `tiercache trace`: the requests the volumes receive (`recorder.rs`).
+    recorder: recorder::Recorder,
 }
 
 impl Engine {
@@ -133,6 +141,7 @@ impl Engine {
             cache_error_limit: config.cache_error_limit,
             last_client_io: std::sync::atomic::AtomicU64::new(0),
             persist: None,
+            recorder: recorder::Recorder::new(),
         })
     }
 
@@ -285,6 +294,7 @@ impl Engine {
             backing_write_errors: io[7],
             flushes: io[8],
             trims: io[9],
+            trace: self.recorder.stats(),
             volumes: Vec::new(),
         }
     }
