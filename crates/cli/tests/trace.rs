@@ -62,12 +62,17 @@ fn start_trace(s: &Served, out: &Path, extra: &[&str]) -> Child {
 /// Runs the fio job (same offsets every time: fio's `randrepeat`), writing
 /// fio's own iolog of it to `iolog`; returns (reads, writes) fio counted.
 fn fio(s: &Served, iolog: &Path) -> (u64, u64) {
+    fio_on(s, &s.uri(), iolog)
+}
+
+/// The fio job on the export at `uri`.
+fn fio_on(s: &Served, uri: &str, iolog: &Path) -> (u64, u64) {
     let out = run(Command::new("fio")
         .current_dir(&s.dir)
         .args([
             "--name=trace",
             "--ioengine=nbd",
-            &format!("--uri={}", s.uri()),
+            &format!("--uri={uri}"),
             "--rw=randrw",
             "--bs=4k",
             "--size=16m",
@@ -182,4 +187,68 @@ fn a_recorded_fio_run_holds_exactly_fios_requests_and_sim_replays_it() {
     let (header, _) = RecordedHeader::decode(&raw).unwrap();
     assert_eq!(header.sample_rate(), 0.25);
     assert_eq!(header.volumes, vec![(0, "backing.img".to_string())]);
+}
+
+#[test]
+fn a_recording_of_one_volume_of_a_pool_holds_that_volume_alone() {
+    let t = "a_recording_of_one_volume_of_a_pool_holds_that_volume_alone";
+    if !have("fio", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, cache) = (
+        dir.path().join("a.img"),
+        dir.path().join("b.img"),
+        dir.path().join("cache.img"),
+    );
+    sparse_file(&a, 32 * MIB);
+    sparse_file(&b, 32 * MIB);
+    sparse_file(&cache, 16 * MIB);
+    let (va, vb) = (
+        format!("vm-a={}", a.display()),
+        format!("vm-b={}", b.display()),
+    );
+    let s = Served::spawn(
+        dir.path(),
+        "",
+        &cache.display().to_string(),
+        &[
+            "--volume",
+            &va,
+            "--volume",
+            &vb,
+            "--create",
+            "--block-size",
+            "4k",
+        ],
+    );
+    let unknown = output(
+        tiercache()
+            .arg("trace")
+            .arg("--control")
+            .arg(s.control())
+            .args(["--seconds", "1", "--volume", "vm-z", "--out"])
+            .arg(dir.path().join("z.trace")),
+    );
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("no volume named \"vm-z\""),
+        "{unknown:?}"
+    );
+
+    let out = dir.path().join("b.trace");
+    let child = start_trace(&s, &out, &["--volume", "vm-b"]);
+    let uri = |v: &str| format!("nbd+unix:///{v}?socket={}", s.socket().display());
+    fio_on(&s, &uri("vm-a"), &dir.path().join("a.iolog"));
+    fio_on(&s, &uri("vm-b"), &dir.path().join("b.iolog"));
+    finish(&s, child);
+    let from_fio = requests(&dir.path().join("b.iolog"), Some(TraceFormat::Fio));
+    assert_eq!(
+        requests(&out, None),
+        from_fio,
+        "vm-b's requests, and no others"
+    );
+    let raw = zstd::decode_all(std::fs::File::open(&out).unwrap()).unwrap();
+    let (header, _) = RecordedHeader::decode(&raw).unwrap();
+    assert_eq!(header.volumes, vec![(1, "vm-b".to_string())]);
 }
