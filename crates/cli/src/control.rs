@@ -1,5 +1,6 @@
 //! The control socket: `stats`, `flush`, `detach`, `set-mode`, `attach`,
-//! `detach-volume` and `set-limits` talk to a running server through a Unix socket (mode
+//! `detach-volume`, `set-limits` and `trace` talk to a running server
+//! through a Unix socket (mode
 //! 0600, never on the network).
 //!
 //! Protocol: the client sends one JSON request on one line; the server
@@ -55,6 +56,9 @@ pub enum Request {
     DetachVolume {
         name: String,
     },
+    /// Records the requests served into a trace file (`crate::trace`),
+    /// with a progress line a second.
+    Trace(crate::trace::TraceRequest),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -62,6 +66,7 @@ pub enum Request {
 pub enum Reply {
     Progress { done: u64, total: u64 },
     Stats(Box<EngineStats>),
+    Traced(crate::trace::TraceSummary),
     Ok { message: String },
     Error { message: String },
 }
@@ -278,6 +283,17 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
                 },
             }
         }
+        Request::Trace(tr) => match crate::trace::record(&t.engine, &tr, |done, total| {
+            send(&mut w, &Reply::Progress { done, total }).is_ok()
+        }) {
+            Ok(summary) => {
+                log::info!("{summary}");
+                Reply::Traced(summary)
+            }
+            Err(e) => Reply::Error {
+                message: format!("trace: {e:#}"),
+            },
+        },
         Request::Flush | Request::Detach => {
             let detach = req == Request::Detach;
             if detach {
@@ -444,6 +460,13 @@ mod tests {
                 cap: None,
             },
             Request::DetachVolume { name: "vm2".into() },
+            Request::Trace(crate::trace::TraceRequest {
+                out: "/tmp/t.trace".into(),
+                volume: Some("vm2".into()),
+                seconds: 2.5,
+                sample: 0.01,
+                buffer: 1024,
+            }),
         ] {
             let s = serde_json::to_string(&r).unwrap();
             assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);

@@ -6,6 +6,7 @@ mod export;
 mod pool;
 mod serve;
 mod sim;
+mod trace;
 mod ublk;
 mod upgrade;
 
@@ -46,6 +47,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// Show a running server's statistics.
     Stats(StatsArgs),
+    /// Record the requests a running server receives (time, volume,
+    /// offset, length, read/write) into a trace file for `tiercache sim`.
+    Trace(trace::TraceArgs),
     /// Write back every dirty block and flush both devices.
     Flush(ControlArgs),
     /// Write back everything, then stop serving; the backing device is left
@@ -753,6 +757,7 @@ fn main() {
         Command::Sim(a) => sim::run(&a),
         Command::Serve(args) => args.resolve().and_then(|s| serve::run(&s)),
         Command::Stats(a) => stats(&a),
+        Command::Trace(a) => trace::run(&a),
         Command::Flush(c) => control_call(&c, control::Request::Flush, "flushing"),
         Command::Detach(c) => control_call(&c, control::Request::Detach, "detaching"),
         Command::Attach { volume, control } => VolumeArg::parse(&volume).and_then(|v| {

@@ -15,15 +15,15 @@ use tiercache_types::{parse_size, CacheMode};
 #[derive(Args, Debug)]
 pub struct SimArgs {
     /// A block trace: fio iolog v2/v3, blkparse text, MSR Cambridge, Tencent
-    /// CBS, Alibaba or SPC CSV, libCacheSim vscsi (detected), or
-    /// libCacheSim oracleGeneral (name it with --format); gzip/zstd
-    /// compressed or not.
+    /// CBS, Alibaba or SPC CSV, libCacheSim vscsi (detected), a trace
+    /// `tiercache trace` recorded (detected), or libCacheSim oracleGeneral
+    /// (name it with --format); gzip/zstd compressed or not.
     #[arg(long, conflicts_with_all = ["fio_job", "workload"])]
     trace: Option<PathBuf>,
     /// Trace format instead of detection: fio, blkparse, msr, tencent,
     /// alibaba, spc (UMass Financial/WebSearch; one volume per ASU), vscsi
-    /// (libCacheSim CloudPhysics binary, VSCSI1 or VSCSI2),
-    /// `oracleGeneral[:UNIT]` (libCacheSim binary; obj_id is the offset in
+    /// (libCacheSim CloudPhysics binary, VSCSI1 or VSCSI2), tiercache
+    /// (recorded by `tiercache trace`), `oracleGeneral[:UNIT]` (libCacheSim binary; obj_id is the offset in
     /// UNIT: byte (default), sector or block:BYTES), or csv:MAPPING (e.g.
     /// csv:time=0,op=1,op_read=R,offset=2,len=3,unit=sector; a sector offset
     /// with a byte length: offset_unit=sector,len_unit=byte).

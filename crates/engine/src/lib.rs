@@ -21,7 +21,8 @@
 //! (`failure.rs`); persistence (`persist.rs`, `claims.rs`, and the lazy check of
 //! restored blocks, `verify.rs`); the locks that
 //! order concurrent IO (`locks.rs`, `slot_state.rs`); counters
-//! (`stats.rs`).
+//! (`stats.rs`); recording the requests served (`recorder.rs`,
+//! `trace_ring.rs`).
 
 mod cached_read;
 mod claims;
@@ -35,8 +36,10 @@ mod locks;
 mod persist;
 mod pool;
 mod read;
+mod recorder;
 mod slot_state;
 mod stats;
+mod trace_ring;
 mod verify;
 mod volume;
 mod write;
@@ -48,6 +51,9 @@ pub use config::EngineConfig;
 pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
+pub use recorder::{
+    Recording, TraceStats, TracedOp, TracedRequest, DEFAULT_TRACE_BUFFER, MAX_TRACED_LEN,
+};
 pub use stats::{EngineStats, SharingStats, VolumeStats};
 pub use tiercache_policy::VolumeLimits;
 pub use verify::{RestoreCheck, RestoreVerifier};
@@ -86,6 +92,8 @@ pub struct Engine {
     last_client_io: std::sync::atomic::AtomicU64,
     /// Metadata on the cache device; `None` for a volatile cache.
     persist: Option<persist::Persistence>,
+    /// `tiercache trace`: the requests the volumes receive (`recorder.rs`).
+    recorder: recorder::Recorder,
 }
 
 impl Engine {
@@ -138,6 +146,7 @@ impl Engine {
             cache_error_limit: config.cache_error_limit,
             last_client_io: std::sync::atomic::AtomicU64::new(0),
             persist: None,
+            recorder: recorder::Recorder::new(),
         })
     }
 
@@ -291,6 +300,7 @@ impl Engine {
             backing_write_errors: io[7],
             flushes: io[8],
             trims: io[9],
+            trace: self.recorder.stats(),
             volumes: Vec::new(),
         }
     }

@@ -12,7 +12,7 @@
 use crate::stats::SharingStats;
 use crate::volume::Volume;
 use crate::Engine;
-use crate::{EngineError, EngineStats, Result};
+use crate::{EngineError, EngineStats, Result, TracedOp};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tiercache_device::BlockDevice;
@@ -54,32 +54,41 @@ impl VolumeHandle {
 
     /// As [`Engine::begin_cached_read`], on this volume.
     pub fn begin_cached_read(&self, offset: u64, len: u64) -> Option<crate::CachedRange<'_>> {
-        self.engine
-            .begin_cached_read_in(self.volume.clone(), offset, len)
+        let range = self
+            .engine
+            .begin_cached_read_in(self.volume.clone(), offset, len)?;
+        self.note(TracedOp::Read, offset, len);
+        Some(range)
     }
 
     /// As [`Engine::read`], on this volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.note(TracedOp::Read, offset, buf.len() as u64);
         self.engine.read_in(&self.volume, offset, buf)
     }
 
     /// As [`Engine::read_if_cached`], on this volume.
     pub fn read_if_cached(&self, offset: u64, buf: &mut [u8]) -> Option<Result<()>> {
-        self.engine.read_if_cached_in(&self.volume, offset, buf)
+        let done = self.engine.read_if_cached_in(&self.volume, offset, buf)?;
+        self.note(TracedOp::Read, offset, buf.len() as u64);
+        Some(done)
     }
 
     /// As [`Engine::write`], on this volume.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.note(TracedOp::Write, offset, data.len() as u64);
         self.engine.write_in(&self.volume, offset, data, fua)
     }
 
     /// As [`Engine::write_zeroes`], on this volume.
     pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.note(TracedOp::WriteZeroes, offset, len);
         self.engine.write_zeroes_in(&self.volume, offset, len, fua)
     }
 
     /// As [`Engine::trim`], on this volume.
     pub fn trim(&self, offset: u64, len: u64) -> Result<()> {
+        self.note(TracedOp::Trim, offset, len);
         self.engine.trim_in(&self.volume, offset, len)
     }
 
@@ -92,6 +101,13 @@ impl VolumeHandle {
     /// This volume's counters.
     pub fn stats(&self) -> EngineStats {
         self.engine.stats_of(&self.volume)
+    }
+
+    /// The request recorder's hook (`recorder.rs`): one relaxed load when
+    /// nothing is recorded.
+    #[inline]
+    fn note(&self, op: TracedOp, offset: u64, len: u64) {
+        self.engine.recorder.note(self.volume.id, op, offset, len);
     }
 }
 
@@ -242,6 +258,8 @@ impl Engine {
         s.backing_write_errors = io[7];
         s.flushes = io[8];
         s.trims = io[9];
+        // The recorder is the engine's, shown once in the pool's stats.
+        s.trace = None;
         s
     }
 

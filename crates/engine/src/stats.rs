@@ -52,6 +52,10 @@ pub struct EngineStats {
     pub backing_write_errors: u64,
     pub flushes: u64,
     pub trims: u64,
+    /// The request recorder (`tiercache trace`): the current recording's
+    /// counters, or the last one's; `None` if none ever ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::TraceStats>,
     /// In a pool of more than one volume, each volume's own counters (the
     /// fields above are the pool's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -348,6 +352,19 @@ impl std::fmt::Display for EngineStats {
             self.backing_read_errors,
             self.backing_write_errors
         )?;
+        if let Some(t) = &self.trace {
+            write!(
+                f,
+                "\ntrace      {} {} requests  {} dropped",
+                if t.recording {
+                    "recording"
+                } else {
+                    "last recording"
+                },
+                t.requests,
+                t.dropped
+            )?;
+        }
         for v in &self.volumes {
             let (s, d) = (&v.stats, &v.stats.decisions);
             write!(

@@ -62,6 +62,33 @@ def test_local_cluster_equals_serial(tmp_path, fleet_trace):
     assert 0 < f["volumes_below_target"] < VOLUMES
 
 
+def test_several_files_are_read_by_the_workers_and_give_the_same_report(tmp_path, fleet_trace):
+    """Three files of 100 volumes each: one task per file (the workers read
+    them); the report equals the serial one and, volume for volume, the
+    one of the same requests in one file."""
+    trace, hosts = fleet_trace
+    lines = trace.read_text().splitlines(keepends=True)
+    files = []
+    for part in range(3):
+        f = tmp_path / f"part{part}.csv"
+        # Volume vN is in part N % 3 (its name is "volN,disk").
+        f.write_text("".join(l for l in lines if int(l.split(",")[1][3:]) % 3 == part))
+        files.append(f)
+
+    def report(*mode):
+        out = tmp_path / f"files{'-'.join(mode)}.json"
+        assert fleet.main([*map(str, files), "--hosts", str(hosts), "--cache-sizes", "64K..8M",
+                           "--target", "0.7", "--out", str(out), *mode]) == 0
+        return json.loads(out.read_text())
+
+    serial = report("--serial")
+    assert report("--workers", "3") == serial
+    one_file = run(tmp_path, trace, hosts, "--serial")
+    by_name = lambda rep: sorted(rep["volumes"], key=lambda v: v["volume"])
+    assert by_name(serial) == by_name(one_file)
+    assert serial["fleet"] == one_file["fleet"]
+
+
 def test_curves_are_the_volumes_own(fleet_trace):
     trace, _ = fleet_trace
     vols = fleet.split_volumes([str(trace)])

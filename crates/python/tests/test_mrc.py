@@ -30,12 +30,6 @@ def test_shards_close_to_exact(rate):
     assert mean < 0.015 and worst < 0.03, (mean, worst)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fixed-rate SHARDS is off from exact by about 0.08 on average on this Zipf 0.8 trace "
-    "(0.004 on Zipf 0.5); in a one-off experiment, random block sampling without the "
-    "SHARDS_adj correction stayed within 0.03: to look into in crates/sim/src/mrc.rs",
-)
 def test_shards_close_to_exact_on_a_more_skewed_trace():
     mean, worst = errors(0.8, 6, 0.1)
     assert mean < 0.03, (mean, worst)

@@ -18,9 +18,17 @@
 //! SHARDS: a reference is sampled when `hash(block) mod P < T` (rate
 //! `R = T / P`, `P = 2^24`); distances measured in the sampled stream are
 //! scaled by `1 / R`. Fixed-rate SHARDS keeps R; its histogram gets the
-//! "SHARDS_adj" correction (the difference between the expected `R * N`
-//! and the actual number of sampled references is added to the smallest
-//! distance bucket). Fixed-size SHARDS tracks at most `s_max` blocks,
+//! "SHARDS_adj" correction (Waldspurger et al., FAST '15: the difference
+//! between the expected `R * N` and the actual number of sampled references
+//! is added to the smallest distance bucket). The paper's histogram has
+//! coarse buckets; ours has one bucket per block (or `bucket_blocks`), so
+//! the first bucket holds only immediate re-references, and when hot
+//! blocks sampled in make the sample too large, the difference is more than
+//! that bucket holds: it is taken from the smallest distances up (the hits
+//! of the hot blocks it stands for), never leaving a bucket negative. (Up
+//! to 2026-11 it was clamped at 0 in the first bucket, which left most of
+//! the excess counted as hits at every size: 0.08 to 0.12 too few misses on
+//! Zipf 0.8 at rate 0.1.) Fixed-size SHARDS tracks at most `s_max` blocks,
 //! lowering T to the largest tracked hash (evicting those blocks) when the
 //! set overflows, and rescales the histogram counts by `R_new / R_old`; we
 //! apply the same `R * N` correction to it at the end, which matters on
@@ -547,11 +555,7 @@ impl MrcBuilder {
                 // SHARDS_adj: expected samples R*N vs actual; the difference
                 // goes to the first bucket. Then scale counts up by 1/R.
                 let expected = self.rate * n;
-                let diff = expected - self.sampled as f64;
-                if hist.is_empty() {
-                    hist.push(0.0);
-                }
-                hist[0] = (hist[0] + diff).max(0.0);
+                shards_adj(&mut hist, expected - self.sampled as f64);
                 let up = 1.0 / self.rate;
                 for x in &mut hist {
                     *x *= up;
@@ -562,17 +566,14 @@ impl MrcBuilder {
                 // Counts times `unit` are at the final rate R. The same
                 // SHARDS_adj correction as fixed-rate: their total should
                 // be R*N; the difference (mostly hits on hot blocks sampled
-                // in or out) goes to the first bucket.
+                // in or out) goes to the smallest distances (`shards_adj`).
                 let up = 1.0 / self.rate;
                 for x in &mut hist {
                     *x *= self.unit;
                 }
                 let cold = self.cold * self.unit;
                 let sampled: f64 = hist.iter().sum::<f64>() + cold;
-                if hist.is_empty() {
-                    hist.push(0.0);
-                }
-                hist[0] = (hist[0] + self.rate * n - sampled).max(0.0);
+                shards_adj(&mut hist, self.rate * n - sampled);
                 for x in &mut hist {
                     *x *= up;
                 }
@@ -595,10 +596,95 @@ impl MrcBuilder {
     }
 }
 
+/// SHARDS_adj: adds `diff` (expected minus actual sampled references) to
+/// the smallest distances: all of a surplus to the first bucket; a deficit
+/// taken from the first buckets up, none left below 0.
+fn shards_adj(hist: &mut Vec<f64>, diff: f64) {
+    if hist.is_empty() {
+        hist.push(0.0);
+    }
+    if diff >= 0.0 {
+        hist[0] += diff;
+        return;
+    }
+    let mut rest = -diff;
+    for x in hist.iter_mut() {
+        let take = rest.min(*x);
+        *x -= take;
+        rest -= take;
+        if rest <= 0.0 {
+            break;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rng::Rng;
+
+    /// Mean absolute difference of SHARDS at rate 0.1 from the exact curve,
+    /// over 40 sizes, on requests to 300k blocks drawn Zipf(`skew`) (block
+    /// numbers scattered, so that hash order is not rank order), each over
+    /// 1 to 5 consecutive blocks as in the Python tests' traces. With the
+    /// first bucket clamped at 0 (the old SHARDS_adj) Zipf 0.8 was 0.068
+    /// off; now 0.010.
+    fn shards_error(skew: f64, seed: u64) -> f64 {
+        const BLOCKS: usize = 300_000;
+        let mut cdf = Vec::with_capacity(BLOCKS);
+        let mut sum = 0.0;
+        for k in 1..=BLOCKS {
+            sum += (k as f64).powf(-skew);
+            cdf.push(sum);
+        }
+        let mut rng = Rng::new(seed);
+        let mut exact = MrcBuilder::new(MrcMethod::Exact, 1);
+        let mut shards = MrcBuilder::new(MrcMethod::Shards { rate: 0.1 }, 1);
+        for _ in 0..1_000_000 {
+            let u = rng.below(1 << 53) as f64 / (1u64 << 53) as f64 * sum;
+            let rank = cdf.partition_point(|&c| c < u) as u64;
+            let first = mix64(rank ^ 0xDEAD_BEEF) % BLOCKS as u64;
+            // 1 to 4 blocks, a quarter of them unaligned (one block more),
+            // as the Python tests' synthetic traces.
+            let n = 1 + rng.below(4) + u64::from(rng.below(4) == 0);
+            for block in first..first + n {
+                exact.access(block);
+                shards.access(block);
+            }
+        }
+        let (e, s) = (exact.finish(), shards.finish());
+        let sizes: Vec<u64> = (0..40)
+            .map(|i| (64.0 * (1_048_576f64 / 64.0).powf(i as f64 / 39.0)) as u64)
+            .collect();
+        sizes
+            .iter()
+            .map(|&c| (e.miss_ratio(c) - s.miss_ratio(c)).abs())
+            .sum::<f64>()
+            / sizes.len() as f64
+    }
+
+    #[test]
+    fn fixed_rate_shards_stays_close_to_exact_on_skewed_traces() {
+        for (skew, seed) in [(0.5, 5), (0.8, 6), (1.0, 8)] {
+            let err = shards_error(skew, seed);
+            eprintln!("zipf {skew} seed {seed}: {err:.4}");
+            assert!(err < 0.03, "zipf {skew} seed {seed}: mean error {err:.4}");
+        }
+    }
+
+    #[test]
+    fn shards_adj_adds_a_surplus_to_the_first_bucket_and_takes_a_deficit_from_the_smallest() {
+        let mut h = vec![1.0, 2.0, 3.0];
+        shards_adj(&mut h, 2.5);
+        assert_eq!(h, vec![3.5, 2.0, 3.0]);
+        shards_adj(&mut h, -5.0);
+        assert_eq!(h, vec![0.0, 0.5, 3.0]);
+        shards_adj(&mut h, -10.0);
+        assert_eq!(h, vec![0.0, 0.0, 0.0]);
+        let mut empty = Vec::new();
+        shards_adj(&mut empty, -1.0);
+        assert_eq!(empty, vec![0.0]);
+    }
     use std::collections::VecDeque;
 
     /// LRU miss count by brute force.

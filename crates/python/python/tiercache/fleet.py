@@ -73,6 +73,44 @@ def split_volumes(paths: Iterable[str], format: Optional[str] = None) -> list:
     return out
 
 
+def file_curves(
+    path: str,
+    cache_sizes: Sequence[int],
+    block_size: int = 4096,
+    sampling: Optional[float] = None,
+    format: Optional[str] = None,
+) -> list:
+    """One task: the curves of every volume of the trace at ``path``, read
+    where the task runs, in order of first appearance."""
+    return [
+        volume_curve(v, c, cache_sizes, block_size, sampling)
+        for v, c in split_volumes([path], format)
+    ]
+
+
+def run_file_tasks(
+    paths: Sequence[str],
+    cache_sizes: Sequence[int],
+    block_size: int = 4096,
+    sampling: Optional[float] = None,
+    format: Optional[str] = None,
+    client: Any = None,
+) -> list:
+    """The curves of every volume of every trace, in the order of
+    ``split_volumes``: one Dask task per file on ``client`` (the workers
+    read the files: paths they can open), serially when it is None."""
+    sizes = list(cache_sizes)
+    if client is None:
+        per_file = [file_curves(p, sizes, block_size, sampling, format) for p in paths]
+    else:
+        futures = [
+            client.submit(file_curves, p, sizes, block_size, sampling, format, pure=False)
+            for p in paths
+        ]
+        per_file = client.gather(futures)
+    return [c for curves in per_file for c in curves]
+
+
 def run_tasks(
     volumes: Sequence[tuple],
     cache_sizes: Sequence[int],
@@ -199,10 +237,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not 0.0 < args.target <= 1.0:
         p.error(f"--target {args.target}: expected a hit ratio in (0, 1]")
     sizes = _sizes(args.cache_sizes)
-    volumes = split_volumes(args.traces, args.format)
+    # Several files: one task per file, read by the worker that runs it (the
+    # parsing is most of the work). One file: read here, one task per volume.
+    volumes = split_volumes(args.traces, args.format) if len(args.traces) == 1 else None
     client, cluster = _client(args)
     try:
-        curves = run_tasks(volumes, sizes, args.block_size, args.sampling, client)
+        if volumes is None:
+            curves = run_file_tasks(
+                args.traces, sizes, args.block_size, args.sampling, args.format, client
+            )
+        else:
+            curves = run_tasks(volumes, sizes, args.block_size, args.sampling, client)
     finally:
         if client is not None:
             client.close()

@@ -41,6 +41,11 @@
 //!   all reads; `obj_id` is the offset in UNIT (`byte` by default, `sector`
 //!   for libCacheSim's CloudPhysics conversions, `block:BYTES`). Not
 //!   detected: name it.
+//! - `tiercache`: what `tiercache trace` records from a running server
+//!   (`recorded.rs`, docs/TRACE-FORMAT.md): a header naming the volumes,
+//!   then 24-byte records (time in ns, volume, read/write/write-zeroes/trim,
+//!   offset, length); write-zeroes read as writes, trims skipped. Found by
+//!   format detection (its magic number).
 //! - `csv:MAPPING`: any delimited text with a column mapping such as
 //!   `time=0,offset=2,len=3,op=1,op_read=R,unit=sector,time_unit=us` or with
 //!   separate units, `offset_unit=sector,len_unit=byte`; see [`CsvMapping`].
@@ -60,6 +65,7 @@ mod blkparse;
 mod csv;
 mod fio;
 mod oracle;
+pub mod recorded;
 mod spc;
 mod vscsi;
 
@@ -132,17 +138,22 @@ pub enum TraceFormat {
     /// libCacheSim oracleGeneral; the value is the bytes per `obj_id`.
     OracleGeneral(oracle::ObjUnit),
     Csv(CsvMapping),
+    /// tiercache's own, recorded by `tiercache trace`.
+    Recorded,
 }
 
 impl TraceFormat {
     /// The names accepted by `FromStr`.
     pub const NAMES: &'static str =
         "fio, blkparse, msr, tencent, alibaba, spc, vscsi, oracleGeneral[:byte|sector|block:BYTES], \
-         csv:MAPPING";
+         tiercache, csv:MAPPING";
 
     /// Whether the format is binary (fixed-size records, not lines).
     pub fn is_binary(&self) -> bool {
-        matches!(self, TraceFormat::Vscsi | TraceFormat::OracleGeneral(_))
+        matches!(
+            self,
+            TraceFormat::Vscsi | TraceFormat::OracleGeneral(_) | TraceFormat::Recorded
+        )
     }
 }
 
@@ -159,6 +170,7 @@ impl fmt::Display for TraceFormat {
             TraceFormat::OracleGeneral(1) => f.write_str("oracleGeneral"),
             TraceFormat::OracleGeneral(u) => write!(f, "oracleGeneral:{}", unit_name(*u)),
             TraceFormat::Csv(m) => write!(f, "csv:{m}"),
+            TraceFormat::Recorded => f.write_str("tiercache"),
         }
     }
 }
@@ -176,6 +188,7 @@ impl FromStr for TraceFormat {
             "spc" | "umass" => TraceFormat::Spc,
             "vscsi" | "cloudphysics" => TraceFormat::Vscsi,
             "oraclegeneral" | "oracle-general" | "oracle" => TraceFormat::OracleGeneral(1),
+            "tiercache" | "recorded" | "tctrace" => TraceFormat::Recorded,
             _ => {
                 let oracle = ["oraclegeneral:", "oracle-general:", "oracle:"]
                     .iter()
@@ -232,6 +245,7 @@ pub(crate) enum Parser {
     /// `None`: the input is empty.
     Vscsi(Option<vscsi::VscsiParser>),
     Oracle(oracle::OracleParser),
+    Recorded(recorded::RecordedParser),
 }
 
 impl Parser {
@@ -251,6 +265,7 @@ impl Parser {
             TraceFormat::Vscsi => Parser::Vscsi(vscsi::VscsiParser::detect(head)?),
             TraceFormat::OracleGeneral(unit) => Parser::Oracle(oracle::OracleParser::new(*unit)),
             TraceFormat::Csv(m) => Parser::Csv(csv::CsvParser::generic(m.clone())),
+            TraceFormat::Recorded => Parser::Recorded(recorded::RecordedParser::new(head)?),
         })
     }
 
@@ -260,6 +275,7 @@ impl Parser {
             // No parser: the input is empty, any size reads nothing.
             Parser::Vscsi(p) => Some(p.as_ref().map_or(1, |p| p.record_size())),
             Parser::Oracle(_) => Some(oracle::RECORD_SIZE),
+            Parser::Recorded(_) => Some(recorded::RECORD_SIZE),
             _ => None,
         }
     }
@@ -272,15 +288,18 @@ impl Parser {
             Parser::Blkparse(p) => p.parse(line),
             Parser::Csv(p) => p.parse(line, line_no),
             Parser::Spc(p) => p.parse(line, line_no),
-            Parser::Vscsi(_) | Parser::Oracle(_) => Err("binary format read as text".into()),
+            Parser::Vscsi(_) | Parser::Oracle(_) | Parser::Recorded(_) => {
+                Err("binary format read as text".into())
+            }
         }
     }
 
     /// Parses one whole binary record of `record_size()` bytes.
-    fn parse_record(&mut self, rec: &[u8]) -> Result<Line<'static>, String> {
+    fn parse_record(&mut self, rec: &[u8]) -> Result<Line<'_>, String> {
         match self {
             Parser::Vscsi(Some(p)) => p.parse(rec),
             Parser::Oracle(p) => p.parse(rec),
+            Parser::Recorded(p) => p.parse(rec),
             _ => Err("not a binary format".into()),
         }
     }
@@ -348,6 +367,9 @@ pub fn decompress<'r>(raw: impl Read + Send + 'r) -> std::io::Result<Box<dyn Buf
 /// (never in a text trace) and vscsi version fields that fit. Returns `None`
 /// when nothing fits (oracleGeneral records cannot be told from other data).
 pub fn detect_binary_format(head: &[u8]) -> Option<TraceFormat> {
+    if head.starts_with(&recorded::MAGIC) {
+        return Some(TraceFormat::Recorded);
+    }
     if !head.contains(&0) {
         return None;
     }

@@ -605,3 +605,92 @@ fn binary_garbage_never_panics() {
         let _ = read_all(&data, &TraceOptions::default());
     }
 }
+
+#[test]
+fn recorded_traces_round_trip_and_are_detected() {
+    use recorded::*;
+    let header = RecordedHeader {
+        start_unix_ns: 1_700_000_000_000_000_000,
+        block_bytes: 65536,
+        sample_threshold: SAMPLE_MODULUS,
+        volumes: vec![(0, "default".into()), (3, "vm3".into())],
+    };
+    let rq = |time_ns, volume, op, offset, len| RecordedRequest {
+        time_ns,
+        volume,
+        op,
+        offset,
+        len,
+    };
+    let mut w = RecordedWriter::new(Vec::new(), &header).unwrap();
+    for r in [
+        rq(1000, 0, RecordedOp::Read, 4096, 4096),
+        rq(2000, 3, RecordedOp::Write, 0, 8192),
+        rq(2500, 3, RecordedOp::Trim, 0, 1 << 30),
+        rq(3000, 0, RecordedOp::WriteZeroes, 1 << 40, 65536),
+        rq(4000, 7, RecordedOp::Read, 512, 512),
+    ] {
+        w.write(&r).unwrap();
+    }
+    assert_eq!(w.requests(), 5);
+    let bytes = w.finish(5000, 42).unwrap();
+    assert!(bytes.starts_with(&ZSTD_MAGIC));
+    let plain = zstd::decode_all(&bytes[..]).unwrap();
+    let (back, len) = RecordedHeader::decode(&plain).unwrap();
+    assert_eq!((back, len), (header, 72));
+    // The end record: duration, drops, requests.
+    let end = &plain[plain.len() - 24..];
+    assert_eq!(le_u64(end, 0), 5000);
+    assert_eq!(le_u64(end, 8), 42);
+    assert_eq!(le_u64(end, 16), 5 | (255 << 56));
+
+    // Detected without a format name; volumes apart; trims skipped.
+    let mut r =
+        TraceReader::new(std::io::Cursor::new(bytes), "t", &TraceOptions::default()).unwrap();
+    let got: Vec<Request> = (&mut r).collect::<Result<_>>().unwrap();
+    assert_eq!(r.format(), &TraceFormat::Recorded);
+    assert_eq!(
+        got,
+        vec![
+            req(0, 4096, 4096, Access::Read),
+            req(1000, 1 << VOLUME_SHIFT, 8192, Access::Write),
+            req(2000, 1 << 40, 65536, Access::Write),
+            req(3000, (2 << VOLUME_SHIFT) | 512, 512, Access::Read),
+        ]
+    );
+    assert_eq!(
+        r.volumes(),
+        vec![
+            ("default".into(), 0),
+            ("vm3".into(), 1),
+            ("volume-7".into(), 2)
+        ]
+    );
+    assert_eq!(
+        "tiercache".parse::<TraceFormat>().unwrap(),
+        TraceFormat::Recorded
+    );
+}
+
+#[test]
+fn sampled_runs_keep_whole_sampled_blocks_clipped_to_the_request() {
+    use recorded::*;
+    let t = RecordedHeader::threshold_of_rate(0.25);
+    let kept = (0..100_000u64).filter(|&b| block_sampled(1, b, t)).count();
+    assert!((23_000..27_000).contains(&kept), "about a quarter: {kept}");
+    // A request over 64 blocks of 4 KiB, from the middle of block 0.
+    let runs = sampled_runs(1, 2048, 64 * 4096, 4096, t);
+    let want: Vec<u64> = (0..=64).filter(|&b| block_sampled(1, b, t)).collect();
+    let covered: Vec<u64> = runs
+        .iter()
+        .flat_map(|&(o, l)| (o / 4096)..(o + l).div_ceil(4096))
+        .collect();
+    assert_eq!(covered, want);
+    for &(o, l) in &runs {
+        assert!(o >= 2048 && o + l <= 2048 + 64 * 4096);
+    }
+    assert_eq!(
+        sampled_runs(1, 0, 4096, 4096, SAMPLE_MODULUS),
+        vec![(0, 4096)]
+    );
+}
