@@ -205,3 +205,69 @@ fn kill_9_loses_no_flushed_write_of_any_volume() {
     }
     s.stop();
 }
+
+/// `share=` and `cap=` per volume: given at `serve`, shown by `stats`,
+/// changed by `set-limits`; impossible limits and unknown options are
+/// refused with a message, and the server keeps serving.
+#[test]
+fn shares_and_caps_are_set_shown_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, cache) = (
+        dir.path().join("a.img"),
+        dir.path().join("b.img"),
+        dir.path().join("cache.img"),
+    );
+    sparse_file(&a, 16 * MIB);
+    sparse_file(&b, 16 * MIB);
+    sparse_file(&cache, 16 * MIB);
+    let va = format!("vm-a={},share=1M,cap=4M", a.display());
+    let vb = format!("vm-b={}", b.display());
+    let args = ["--volume", &va, "--volume", &vb, "--create", "--block-size", "64k"];
+    let s = Served::spawn(bin(), dir.path(), "", &cache.display().to_string(), &args);
+    let sharing = |s: &Served, name: &str| {
+        let stats = s.stats();
+        stats["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))["sharing"]
+            .clone()
+    };
+    let shown = sharing(&s, "vm-a");
+    assert_eq!(shown["share_blocks"], 16, "{shown}");
+    assert_eq!(shown["cap_blocks"], 64, "{shown}");
+    assert_eq!(sharing(&s, "vm-b")["cap_blocks"], serde_json::Value::Null);
+
+    let set_limits = |extra: &[&str]| {
+        let out = tiercache()
+            .args(["set-limits", "--control"])
+            .arg(s.control())
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = set_limits(&["--volume", "vm-b", "--share", "2M", "--cap", "3M"]);
+    assert!(ok, "{text}");
+    assert_eq!(sharing(&s, "vm-b")["cap_blocks"], 48);
+    // The shares would add up to more than the cache.
+    let (ok, text) = set_limits(&["--volume", "vm-b", "--share", "15M"]);
+    assert!(!ok && text.contains("add up to"), "{text}");
+    let (ok, text) = set_limits(&["--volume", "vm-c", "--share", "1M"]);
+    assert!(!ok && text.contains("no volume named"), "{text}");
+    assert_eq!(sharing(&s, "vm-b")["share_blocks"], 32, "unchanged after a refusal");
+
+    // An unknown option of --volume is refused before anything starts.
+    let out = tiercache()
+        .args(["serve", "--cache"])
+        .arg(&cache)
+        .arg("--volume")
+        .arg(format!("vm-a={},shares=1M", a.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("unknown option"), "{err}");
+}

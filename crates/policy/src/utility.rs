@@ -10,7 +10,7 @@
 //! them and scaled by the sampling rate. When more than [`MAX_SAMPLES`]
 //! blocks are tracked, the threshold drops to the largest tracked hash and
 //! blocks at or above it are forgotten, so memory per volume is bounded
-//! (about 40 KiB) whatever the volume's footprint. The curve is LRU's; the
+//! (about 30 KiB) whatever the volume's footprint. The curve is LRU's; the
 //! live policy is not LRU, but the curve ranks volumes by what more space
 //! is worth, which is all the sharing needs.
 //!
