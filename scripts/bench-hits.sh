@@ -33,7 +33,7 @@ TIERCACHE=${TIERCACHE:-${CARGO_TARGET_DIR:-target}/release/tiercache}
 for tool in fio nbdkit python3; do
   command -v "$tool" >/dev/null || { echo "bench-hits: $tool is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
-[ -x "$TIERCACHE" ] || { echo "bench-hits: no $TIERCACHE (cargo build --release -p tiercache-cli)" >&2; exit 1; }
+[ -x "$TIERCACHE" ] || { echo "bench-hits: no $TIERCACHE (cargo build --release -p tiercache)" >&2; exit 1; }
 if [ -z "${DIR:-}" ]; then
   DIR=$(mktemp -d /var/tmp/bench-hits.XXXXXX)
   [ "${KEEP:-0}" = 1 ] || trap_rm="$DIR"

@@ -40,13 +40,15 @@
 //! shutdown, without the file system), `listener.rs` ([`Listener`]: binding and
 //! accepting), `slots.rs` (admission and the live connections),
 //! `shutdown.rs` ([`ShutdownHandle`] and the stop sequence),
-//! `transmission.rs` (a negotiated connection's reader, workers and
-//! replies), `connection.rs` (a connection from handshake to close) and
+//! `hit_ring.rs` (a connection's io_uring for cache hits read from
+//! a file), `transmission.rs` (a negotiated connection's reader, workers
+//! and replies), `connection.rs` (a connection from handshake to close) and
 //! `server.rs` ([`Server`], its accept loop, [`RunningServer`]).
 
 mod config;
 mod connection;
 pub mod handshake;
+mod hit_ring;
 mod listener;
 pub mod proto;
 mod server;
