@@ -7,7 +7,7 @@
 #   tc-ram       tiercache serve, the cache in RAM (mem:), every read a hit
 #   nbdkit-file  nbdkit's file plugin on the same data file, cache=none
 #   nbdkit-mem   nbdkit's memory plugin, filled with the data
-# and fio alone on tiercache's cache file (io_uring, O_DIRECT) at the same
+# and fio alone on a file of the data on the same disk (io_uring, O_DIRECT) at the same
 # total queue depth (connections x iodepth), for 1, 4 and 8 connections.
 # Every configuration runs once per round; rounds interleave them (odd
 # rounds in reverse order); the summary gives medians over the rounds.
@@ -16,7 +16,8 @@
 #
 # Environment: DATA (default 256M), RUNTIME seconds per run (5), ROUNDS (3),
 # CONNS ("1 4 8"), IODEPTH per connection (8), CONFIGS (all of the above plus
-# fio-alone), TIERCACHE (the binary; default target/release/tiercache),
+# fio-alone; tc-file-before and tc-ram-before run TIERCACHE_BEFORE, another
+# build, side by side), TIERCACHE (the binary; default target/release/tiercache),
 # DIR (work directory on the disk to measure; default a new one under
 # /var/tmp, removed at the end unless KEEP=1). Needs fio and nbdkit
 # (scripts/install-deps.sh) and python3.
@@ -64,9 +65,9 @@ fio_nbd() {
 
 echo "bench-hits: data $DATA, $RUNTIME s per run, $ROUNDS rounds, connections $CONNS, iodepth $IODEPTH per connection; in $DIR"
 head -c "$bytes" /dev/urandom >"$DIR/data"
-# tiercache holds its backing device open exclusively: the RAM cache's own copy.
-cp "$DIR/data" "$DIR/data-ram"
-truncate -s $((bytes + bytes / 4 + (64 << 20))) "$DIR/cache"
+cache_bytes=$((bytes + bytes / 4 + (64 << 20)))
+# fio alone reads this copy (written, so that no read falls in a hole).
+cp "$DIR/data" "$DIR/alone"
 
 server_pid=()
 start() {
@@ -79,13 +80,19 @@ start() {
 }
 for cfg in $CONFIGS; do
   case $cfg in
-    tc-file | tc-ram)
-      if [ "$cfg" = tc-file ]; then
-        backing="$DIR/data" cache="$DIR/cache"
+    tc-file | tc-ram | tc-file-before | tc-ram-before)
+      bin=$TIERCACHE
+      [[ $cfg != *-before ]] || bin=${TIERCACHE_BEFORE:?tc-*-before needs TIERCACHE_BEFORE}
+      # tiercache holds its backing device open exclusively: one copy each.
+      backing="$DIR/data-$cfg"
+      cp "$DIR/data" "$backing"
+      if [[ $cfg == tc-file* ]]; then
+        cache="$DIR/cache-$cfg"
+        truncate -s "$cache_bytes" "$cache"
       else
-        backing="$DIR/data-ram" cache="mem:$((bytes + bytes / 4 + (64 << 20)))"
+        cache="mem:$cache_bytes"
       fi
-      start "$cfg" "$TIERCACHE" serve --backing "$backing" --cache "$cache" --create \
+      start "$cfg" "$bin" serve --backing "$backing" --cache "$cache" --create \
         --sequential-cutoff 0 --socket "$DIR/$cfg.sock" --control "$DIR/$cfg.ctl"
       # Warm: one pass over the data makes every block a hit.
       fio_nbd "$cfg" --rw=read --bs=64k --iodepth=4
@@ -123,7 +130,7 @@ for round in $(seq "$ROUNDS"); do
       --numjobs="$c" --size="$bytes" --time_based=1 --runtime="$RUNTIME" --group_reporting=1
       --output-format=json --output="$out")
     if [ "$cfg" = fio-alone ]; then
-      fio "${job[@]}" --ioengine=io_uring --direct=1 --filename="$DIR/cache"
+      fio "${job[@]}" --ioengine=io_uring --direct=1 --filename="$DIR/alone"
       cpu=-
     else
       var="pid_${cfg//-/_}"
@@ -145,7 +152,7 @@ EOF
   done
 done
 
-for cfg in tc-file tc-ram; do
+for cfg in tc-file tc-ram tc-file-before tc-ram-before; do
   if [[ " $CONFIGS " == *" $cfg "* ]]; then
     echo "--- $cfg: tiercache stats"
     "$TIERCACHE" stats --control "$DIR/$cfg.ctl" | grep -i -E "hit|read" || true

@@ -41,7 +41,7 @@
 //! accepting), `slots.rs` (admission and the live connections),
 //! `shutdown.rs` ([`ShutdownHandle`] and the stop sequence),
 //! `hit_ring.rs` (a connection's io_uring for cache hits read from
-//! a file), `transmission.rs` (a negotiated connection's reader, workers
+//! a file), `replies.rs` (read replies sent in batches), `transmission.rs` (a negotiated connection's reader, workers
 //! and replies), `connection.rs` (a connection from handshake to close) and
 //! `server.rs` ([`Server`], its accept loop, [`RunningServer`]).
 
@@ -51,6 +51,7 @@ pub mod handshake;
 mod hit_ring;
 mod listener;
 pub mod proto;
+mod replies;
 mod server;
 mod shutdown;
 mod slots;

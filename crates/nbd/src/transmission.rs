@@ -18,11 +18,15 @@
 //! reads on the fast device as its client has requests in flight. Without
 //! io_uring (TLS, or a kernel that refuses it), and for a hit in RAM
 //! ([`Export::read_if_quick`]), the reader reads it itself, one at a time;
-//! everything else goes to the workers.
+//! everything else goes to the workers. The replies to the hits the
+//! reader answers go out in batches ([`ReadReplies`]): sent when the
+//! reader has no complete request left to parse (or the batch is full),
+//! one `writev` for many.
 
 use crate::config::ServerConfig;
 use crate::hit_ring::{Finished, HitRing, Wait};
 use crate::proto::{self, Command, TransmissionContext, Verdict};
+use crate::replies::ReadReplies;
 use crate::sockets::Stream;
 use crate::wire::nbd_errno;
 use parking_lot::{Condvar, Mutex};
@@ -73,6 +77,13 @@ struct Conn<'a> {
 }
 
 const KEEP_BUF: usize = 1 << 20;
+
+/// What only the reader thread uses: the ring for hits (None: hits are
+/// read in turn) and the read replies it has ready to send.
+struct ReaderSide<'r, 'a> {
+    ring: Option<&'r mut HitRing<'a>>,
+    replies: ReadReplies,
+}
 
 /// Serves requests on a negotiated connection until the client
 /// disconnects, the connection breaks or the server stops (`stopping`, and
@@ -134,12 +145,14 @@ pub(crate) fn serve<R: Read>(
                 break;
             }
         }
+        let mut side = ReaderSide {
+            ring: ring.as_mut(),
+            replies: ReadReplies::default(),
+        };
         if !conn.broken.load(Ordering::SeqCst) {
-            conn.read_requests(reader, ctx, ring.as_mut());
+            conn.read_requests(reader, ctx, &mut side);
         }
-        if let Some(r) = ring.as_mut() {
-            conn.drain_hits(r);
-        }
+        conn.drain_hits(&mut side);
         {
             let mut st = conn.state.lock();
             st.closed = true;
@@ -187,9 +200,9 @@ fn write_all_parts<W: Write>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
             off = 0;
             continue;
         }
-        let mut slices = [IoSlice::new(&[]); 4];
+        let mut slices = [IoSlice::new(&[]); 64];
         let mut k = 0;
-        for (j, p) in parts[idx..].iter().enumerate().take(4) {
+        for (j, p) in parts[idx..].iter().enumerate().take(64) {
             slices[k] = IoSlice::new(if j == 0 { &p[off..] } else { p });
             k += 1;
         }
@@ -256,19 +269,14 @@ impl<'a> Conn<'a> {
         &self,
         reader: &mut BufReader<R>,
         ctx: &TransmissionContext,
-        mut ring: Option<&mut HitRing<'a>>,
+        side: &mut ReaderSide<'_, 'a>,
     ) {
         let peer = self.peer;
         loop {
             if self.broken.load(Ordering::Relaxed) {
                 return;
             }
-            if let Some(r) = ring.as_deref_mut() {
-                self.answer_hits_until_readable(
-                    r,
-                    reader.buffer().len() >= proto::REQUEST_HEADER_LEN,
-                );
-            }
+            self.before_reading(side, reader.buffer().len() >= proto::REQUEST_HEADER_LEN);
             let mut hb = [0u8; proto::REQUEST_HEADER_LEN];
             match read_or_eof(reader, &mut hb) {
                 Ok(true) => {}
@@ -304,11 +312,9 @@ impl<'a> Conn<'a> {
                     };
                     let handle = h.handle;
                     if let Command::Write { len, offset, .. } = cmd {
-                        let mut buf = self.acquire(bytes, ring.as_deref_mut());
+                        let mut buf = self.acquire(bytes, side);
                         buf.resize(len as usize, 0);
-                        if let Some(r) = ring.as_deref_mut() {
-                            r.submit(); // the payload may not be here yet
-                        }
+                        self.before_blocking(side); // the payload may not be here yet
                         if let Err(e) = reader.read_exact(&mut buf) {
                             log::warn!(
                                 "{peer}: client vanished in the middle of a write payload \
@@ -324,8 +330,8 @@ impl<'a> Conn<'a> {
                         // worker and back: from a file through the ring,
                         // many at once, else from RAM (or a blocking read)
                         // on this thread; the rest go to the workers.
-                        let mut buf = self.acquire(bytes, ring.as_deref_mut());
-                        if let Some(r) = ring.as_deref_mut() {
+                        let mut buf = self.acquire(bytes, side);
+                        if let Some(r) = side.ring.as_deref_mut() {
                             if !cmd.is_empty() && HitRing::fits(len) {
                                 let direct =
                                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -350,17 +356,33 @@ impl<'a> Conn<'a> {
                             }))
                             .unwrap_or_else(|_| Some(Err(io::Error::other("export panicked"))))
                         };
-                        if let Some(res) = quick {
-                            // Answered: no worker to wake.
-                            self.complete(handle, cmd, res, buf, bytes);
-                            continue;
+                        match quick {
+                            Some(Ok(())) => {
+                                // Answered: no worker to wake.
+                                side.replies.push(
+                                    self.structured,
+                                    handle,
+                                    offset,
+                                    buf,
+                                    0..len as usize,
+                                );
+                                if side.replies.is_full() {
+                                    self.flush_replies(&mut side.replies);
+                                }
+                                continue;
+                            }
+                            Some(res) => {
+                                self.complete(handle, cmd, res, buf, bytes);
+                                continue;
+                            }
+                            None => {}
                         }
                         buf.clear();
                         self.state.lock().jobs.push_back(Job { handle, cmd, buf });
                     } else {
                         // No payload: take the slot and queue in one go; the
                         // worker picks a buffer if it needs one.
-                        let mut st = self.wait_for_room(bytes, ring.as_deref_mut());
+                        let mut st = self.wait_for_room(bytes, side);
                         st.jobs.push_back(Job {
                             handle,
                             cmd,
@@ -375,9 +397,7 @@ impl<'a> Conn<'a> {
                     reason,
                 } => {
                     if n > 0 {
-                        if let Some(r) = ring.as_deref_mut() {
-                            r.submit(); // the payload may not be here yet
-                        }
+                        self.before_blocking(side); // the payload may not be here yet
                         if let Err(e) = discard(reader, u64::from(n)) {
                             log::warn!(
                                 "{peer}: client vanished in the middle of a rejected write payload: {e}"
@@ -410,26 +430,38 @@ impl<'a> Conn<'a> {
     }
 
     /// Blocks until one more request (with `bytes` of buffer) may be in
-    /// flight, counts it, and returns the locked state. While hits are in
-    /// flight on `ring`, waits for them (only this thread can answer them)
-    /// rather than for the workers.
+    /// flight, counts it, and returns the locked state. Sends the replies
+    /// ready first (they hold slots), and while hits are in flight on the
+    /// ring, waits for them (only this thread can answer them) rather
+    /// than for the workers.
     fn wait_for_room(
         &self,
         bytes: u64,
-        mut ring: Option<&mut HitRing<'a>>,
+        side: &mut ReaderSide<'_, 'a>,
     ) -> parking_lot::MutexGuard<'_, State> {
+        let full = |st: &State| {
+            st.count >= self.max_inflight || (st.count > 0 && st.bytes + bytes > self.max_bytes)
+        };
         let mut done = Vec::new();
         let mut st = self.state.lock();
-        while st.count >= self.max_inflight || (st.count > 0 && st.bytes + bytes > self.max_bytes) {
-            match ring.as_deref_mut() {
-                Some(r) if r.in_flight() > 0 => {
-                    drop(st);
-                    r.reap(Wait::ForHit, &mut done);
-                    self.answer_hits(&mut done);
-                    st = self.state.lock();
+        while full(&st) {
+            if !side.replies.is_empty() {
+                drop(st);
+                self.flush_replies(&mut side.replies);
+            } else {
+                match side.ring.as_deref_mut() {
+                    Some(r) if r.in_flight() > 0 => {
+                        drop(st);
+                        r.reap(Wait::ForHit, &mut done);
+                        self.answer_hits(&mut side.replies, &mut done);
+                    }
+                    _ => {
+                        self.room_cv.wait(&mut st);
+                        continue;
+                    }
                 }
-                _ => self.room_cv.wait(&mut st),
             }
+            st = self.state.lock();
         }
         st.count += 1;
         st.bytes += bytes;
@@ -437,28 +469,35 @@ impl<'a> Conn<'a> {
     }
 
     /// Like `wait_for_room`, also handing out a spare buffer.
-    fn acquire(&self, bytes: u64, ring: Option<&mut HitRing<'a>>) -> Vec<u8> {
-        self.wait_for_room(bytes, ring)
+    fn acquire(&self, bytes: u64, side: &mut ReaderSide<'_, 'a>) -> Vec<u8> {
+        self.wait_for_room(bytes, side)
             .bufs
             .pop()
             .unwrap_or_default()
     }
 
     /// Before the reader reads the socket: answers the hits that have
-    /// finished and, while hits are in flight and no complete request
-    /// header is buffered (`buffered` false), waits until a hit finishes
-    /// or the socket has bytes. Returns with the queued reads submitted,
-    /// unless `buffered` (then more requests are parsed first, and their
-    /// reads go in the same submission).
-    fn answer_hits_until_readable(&self, ring: &mut HitRing<'a>, buffered: bool) {
+    /// finished. Unless a complete request header is buffered
+    /// (`buffered`: then more requests are parsed first, and their reads
+    /// and replies go out with these), sends the replies ready and, while
+    /// hits are in flight, waits until one finishes or the socket has
+    /// bytes; returns with the queued reads submitted.
+    fn before_reading(&self, side: &mut ReaderSide<'_, 'a>, buffered: bool) {
+        let Some(ring) = side.ring.as_deref_mut() else {
+            if !buffered {
+                self.flush_replies(&mut side.replies);
+            }
+            return;
+        };
         let mut done = Vec::new();
         let mut wait = Wait::No;
         loop {
             let readable = ring.reap(wait, &mut done);
-            self.answer_hits(&mut done);
+            self.answer_hits(&mut side.replies, &mut done);
             if buffered {
                 return;
             }
+            self.flush_replies(&mut side.replies);
             if readable || ring.in_flight() == 0 {
                 ring.submit();
                 return;
@@ -467,27 +506,64 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// Waits for every hit in flight and answers it (the connection is
-    /// ending; a failed hit still goes to the workers).
-    fn drain_hits(&self, ring: &mut HitRing<'a>) {
-        let mut done = Vec::new();
-        while ring.in_flight() > 0 {
-            ring.reap(Wait::ForHit, &mut done);
-            self.answer_hits(&mut done);
+    /// Before a read of the socket that may block in the middle of a
+    /// request (a write's payload): sends the replies ready and submits
+    /// the queued reads.
+    fn before_blocking(&self, side: &mut ReaderSide<'_, 'a>) {
+        self.flush_replies(&mut side.replies);
+        if let Some(r) = side.ring.as_deref_mut() {
+            r.submit();
         }
     }
 
-    /// Answers the finished hits in `done` (emptying it): a hit read is
-    /// sent; a failed one goes to the workers, which read it with
-    /// [`Export::read`] (the slot it holds stays taken).
-    fn answer_hits(&self, done: &mut Vec<Finished>) {
+    /// Waits for every hit in flight and answers it, and sends every reply
+    /// ready (the connection is ending; a failed hit still goes to the
+    /// workers).
+    fn drain_hits(&self, side: &mut ReaderSide<'_, 'a>) {
+        let mut done = Vec::new();
+        if let Some(ring) = side.ring.as_deref_mut() {
+            while ring.in_flight() > 0 {
+                ring.reap(Wait::ForHit, &mut done);
+                self.answer_hits(&mut side.replies, &mut done);
+            }
+        }
+        self.flush_replies(&mut side.replies);
+    }
+
+    /// Sends the replies in `replies` with one `writev` and releases their
+    /// requests' buffers and slots.
+    fn flush_replies(&self, replies: &mut ReadReplies) {
+        if replies.is_empty() {
+            return;
+        }
+        let parts: Vec<&[u8]> = replies.parts().collect();
+        self.send(&parts);
+        drop(parts);
+        let mut st = self.state.lock();
+        for (mut buf, bytes) in replies.drain_buffers() {
+            if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
+                buf.clear();
+                st.bufs.push(buf);
+            }
+            st.count -= 1;
+            st.bytes -= bytes;
+        }
+        drop(st);
+        self.room_cv.notify_one();
+    }
+
+    /// Answers the finished hits in `done` (emptying it): a hit read
+    /// joins `replies`; a failed one goes to the workers, which read it
+    /// with [`Export::read`] (the slot it holds stays taken).
+    fn answer_hits(&self, replies: &mut ReadReplies, done: &mut Vec<Finished>) {
         for hit in done.drain(..) {
-            let bytes = hit.len as u64;
             match hit.result {
                 Ok(()) => {
-                    let data = &hit.buf[hit.start..hit.start + hit.len];
-                    self.send_read(hit.handle, hit.offset, data);
-                    self.finish(hit.buf, bytes);
+                    let data = hit.start..hit.start + hit.len;
+                    replies.push(self.structured, hit.handle, hit.offset, hit.buf, data);
+                    if replies.is_full() {
+                        self.flush_replies(replies);
+                    }
                 }
                 Err(e) => {
                     log::debug!(
