@@ -69,7 +69,6 @@ cache_bytes=$((bytes + bytes / 4 + (64 << 20)))
 # fio alone reads this copy (written, so that no read falls in a hole).
 cp "$DIR/data" "$DIR/alone"
 
-server_pid=()
 start() {
   local name=$1; shift
   rm -f "$DIR/$name.sock"
