@@ -1,5 +1,6 @@
-//! A hit read by the front end itself (ublk's io_uring reads the cache
-//! device's fd): the engine plans and pins, the caller reads the pieces.
+//! A hit read by the front end itself (ublk's queues and NBD connections
+//! read the cache device's fd through io_uring): the engine plans and
+//! pins, the caller reads the pieces.
 
 use crate::locks;
 use crate::stats::IoCounters;
@@ -55,8 +56,8 @@ impl Drop for CachedRange<'_> {
 }
 
 impl Engine {
-    /// For a front end that reads the cache device itself (ublk's
-    /// io_uring): if `offset..offset + len` can be served at once (as for
+    /// For a front end that reads the cache device itself (ublk's and
+    /// NBD's io_uring): if `offset..offset + len` can be served at once (as for
     /// [`Engine::read_if_cached`]), plans and counts the read as `read`
     /// would and returns where the data is: the cache device's fd and the
     /// pieces to read into the caller's buffer. The range stays locked

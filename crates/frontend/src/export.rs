@@ -43,10 +43,12 @@ pub trait Export: Send + Sync {
         None
     }
 
-    /// For a caller that can read files asynchronously (ublk's io_uring):
-    /// if the range can be read straight from a file (a cache hit), the
-    /// file and the pieces to read, the range held stable until the
-    /// returned read is finished or dropped. None (the default): use
+    /// For a caller that can read files asynchronously (ublk's queues and
+    /// NBD connections, through io_uring): if the range can be read
+    /// straight from a file (a cache hit), the file and the pieces to
+    /// read, the range held stable until the returned read is finished or
+    /// dropped, on the thread that began it (it may hold locks that
+    /// belong to that thread). None (the default): use
     /// `read_if_quick` or `read`. The buffer the pieces are read into must
     /// be aligned to 4096 bytes (the file may be open with O_DIRECT).
     fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {

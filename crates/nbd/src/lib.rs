@@ -40,15 +40,18 @@
 //! shutdown, without the file system), `listener.rs` ([`Listener`]: binding and
 //! accepting), `slots.rs` (admission and the live connections),
 //! `shutdown.rs` ([`ShutdownHandle`] and the stop sequence),
-//! `transmission.rs` (a negotiated connection's reader, workers and
-//! replies), `connection.rs` (a connection from handshake to close) and
+//! `hit_ring.rs` (a connection's io_uring for cache hits read from
+//! a file), `replies.rs` (read replies sent in batches), `transmission.rs` (a negotiated connection's reader, workers
+//! and replies), `connection.rs` (a connection from handshake to close) and
 //! `server.rs` ([`Server`], its accept loop, [`RunningServer`]).
 
 mod config;
 mod connection;
 pub mod handshake;
+mod hit_ring;
 mod listener;
 pub mod proto;
+mod replies;
 mod server;
 mod shutdown;
 mod slots;

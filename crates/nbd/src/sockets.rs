@@ -84,6 +84,16 @@ impl Stream {
             Stream::Tls(t) => t.socket(),
         }
     }
+    /// The socket's fd when the stream is the socket itself (no TLS): what
+    /// is read from the stream is what the socket shows.
+    pub(crate) fn plain_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Plain(Socket::Unix(s)) => Some(s.as_raw_fd()),
+            Stream::Plain(Socket::Tcp(s)) => Some(s.as_raw_fd()),
+            Stream::Tls(_) => None,
+        }
+    }
     /// shutdown(2) on the socket underneath.
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.socket().shutdown(how)

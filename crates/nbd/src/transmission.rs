@@ -1,6 +1,6 @@
 //! One connection in transmission: the reader that parses requests (and
-//! answers quick reads itself), the workers that execute the rest on the
-//! export, and the replies.
+//! answers hits itself), the workers that execute the rest on the export,
+//! and the replies.
 //!
 //! Threads: the connection's own thread reads requests and write payloads
 //! into reusable buffers; `workers` executors share a queue. Executors
@@ -8,14 +8,30 @@
 //! go out in completion order, one `writev` each. Memory per connection is
 //! bounded by `max_inflight_bytes` (plus one maximum-size request) and the
 //! reader stops reading while the bound is reached.
+//!
+//! Hits: on a plain socket, a read the export lets us do from a file
+//! ([`Export::begin_direct_read`], a cache hit on a cache file) goes on
+//! the connection's io_uring ([`HitRing`]): the reader queues it, submits
+//! the queued reads in one call when it has no complete request left to
+//! parse, and answers the hits as they finish, waiting for a finished hit
+//! or the socket in one `io_uring_enter`. So a connection keeps as many
+//! reads on the fast device as its client has requests in flight. Without
+//! io_uring (TLS, or a kernel that refuses it), and for a hit in RAM
+//! ([`Export::read_if_quick`]), the reader reads it itself, one at a time;
+//! everything else goes to the workers. The replies to the hits the
+//! reader answers go out in batches ([`ReadReplies`]): sent when the
+//! reader has no complete request left to parse (or the batch is full),
+//! one `writev` for many.
 
 use crate::config::ServerConfig;
+use crate::hit_ring::{Finished, HitRing, Wait};
 use crate::proto::{self, Command, TransmissionContext, Verdict};
+use crate::replies::ReadReplies;
 use crate::sockets::Stream;
 use crate::wire::nbd_errno;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -62,23 +78,39 @@ struct Conn<'a> {
 
 const KEEP_BUF: usize = 1 << 20;
 
+/// What only the reader thread uses: the ring for hits (None: hits are
+/// read in turn) and the read replies it has ready to send.
+struct ReaderSide<'r, 'a> {
+    ring: Option<&'r mut HitRing<'a>>,
+    replies: ReadReplies,
+}
+
 /// Serves requests on a negotiated connection until the client
 /// disconnects, the connection breaks or the server stops (`stopping`, and
 /// the socket's read side shut down): reads requests from `reader`, runs
 /// them on `export` with `config.workers` workers, answers on `writer`
 /// (structured replies if negotiated), then waits for every queued request
-/// to be answered and closes the connection.
+/// to be answered and closes the connection. `reader` reads the socket of
+/// `writer` (its buffer tells whether a request can be parsed without
+/// waiting).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn serve<R: Read>(
     peer: &str,
     export: &dyn Export,
     structured: bool,
     writer: Stream,
-    reader: &mut R,
+    reader: &mut BufReader<R>,
     ctx: &TransmissionContext,
     cfg: &ServerConfig,
     stopping: &AtomicBool,
 ) {
+    // Hits on io_uring need the socket itself to poll: not under TLS,
+    // whose records may hold requests the socket no longer shows.
+    let mut ring = writer.plain_fd().and_then(|fd| {
+        HitRing::new(fd)
+            .map_err(|e| log::debug!("{peer}: no io_uring for hits ({e}); reading them in turn"))
+            .ok()
+    });
     let conn = Conn {
         peer,
         export,
@@ -113,9 +145,14 @@ pub(crate) fn serve<R: Read>(
                 break;
             }
         }
+        let mut side = ReaderSide {
+            ring: ring.as_mut(),
+            replies: ReadReplies::default(),
+        };
         if !conn.broken.load(Ordering::SeqCst) {
-            conn.read_requests(reader, ctx);
+            conn.read_requests(reader, ctx, &mut side);
         }
+        conn.drain_hits(&mut side);
         {
             let mut st = conn.state.lock();
             st.closed = true;
@@ -163,9 +200,9 @@ fn write_all_parts<W: Write>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
             off = 0;
             continue;
         }
-        let mut slices = [IoSlice::new(&[]); 4];
+        let mut slices = [IoSlice::new(&[]); 64];
         let mut k = 0;
-        for (j, p) in parts[idx..].iter().enumerate().take(4) {
+        for (j, p) in parts[idx..].iter().enumerate().take(64) {
             slices[k] = IoSlice::new(if j == 0 { &p[off..] } else { p });
             k += 1;
         }
@@ -204,7 +241,7 @@ fn command_name(kind: u16) -> &'static str {
     }
 }
 
-impl Conn<'_> {
+impl<'a> Conn<'a> {
     /// Logs at warn level the first time `key` happens on this connection,
     /// at debug level afterwards.
     fn log_once(&self, key: &'static str, msg: impl FnOnce() -> String) {
@@ -228,12 +265,18 @@ impl Conn<'_> {
         }
     }
 
-    fn read_requests<R: Read>(&self, reader: &mut R, ctx: &TransmissionContext) {
+    fn read_requests<R: Read>(
+        &self,
+        reader: &mut BufReader<R>,
+        ctx: &TransmissionContext,
+        side: &mut ReaderSide<'_, 'a>,
+    ) {
         let peer = self.peer;
         loop {
             if self.broken.load(Ordering::Relaxed) {
                 return;
             }
+            self.before_reading(side, reader.buffer().len() >= proto::REQUEST_HEADER_LEN);
             let mut hb = [0u8; proto::REQUEST_HEADER_LEN];
             match read_or_eof(reader, &mut hb) {
                 Ok(true) => {}
@@ -269,8 +312,9 @@ impl Conn<'_> {
                     };
                     let handle = h.handle;
                     if let Command::Write { len, offset, .. } = cmd {
-                        let mut buf = self.acquire(bytes);
+                        let mut buf = self.acquire(bytes, side);
                         buf.resize(len as usize, 0);
+                        self.before_blocking(side); // the payload may not be here yet
                         if let Err(e) = reader.read_exact(&mut buf) {
                             log::warn!(
                                 "{peer}: client vanished in the middle of a write payload \
@@ -283,8 +327,26 @@ impl Conn<'_> {
                     } else if let Command::Read { offset, len } = cmd {
                         // A read the export can answer at once (a cache
                         // hit) is answered here, saving the hand-off to a
-                        // worker and back; the rest go to the workers.
-                        let mut buf = self.acquire(bytes);
+                        // worker and back: from a file through the ring,
+                        // many at once, else from RAM (or a blocking read)
+                        // on this thread; the rest go to the workers.
+                        let mut buf = self.acquire(bytes, side);
+                        if let Some(r) = side.ring.as_deref_mut() {
+                            if !cmd.is_empty() && HitRing::fits(len) {
+                                let direct =
+                                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                        self.export.begin_direct_read(offset, len)
+                                    }))
+                                    .unwrap_or_else(|_| {
+                                        log::error!("{peer}: export panicked planning a read");
+                                        None
+                                    });
+                                if let Some(direct) = direct {
+                                    r.start(handle, offset, len as usize, buf, direct);
+                                    continue;
+                                }
+                            }
+                        }
                         buf.resize(len as usize, 0);
                         let quick = if cmd.is_empty() {
                             Some(Ok(())) // asks nothing of the export
@@ -294,17 +356,33 @@ impl Conn<'_> {
                             }))
                             .unwrap_or_else(|_| Some(Err(io::Error::other("export panicked"))))
                         };
-                        if let Some(res) = quick {
-                            // Answered: no worker to wake.
-                            self.complete(handle, cmd, res, buf, bytes);
-                            continue;
+                        match quick {
+                            Some(Ok(())) => {
+                                // Answered: no worker to wake.
+                                side.replies.push(
+                                    self.structured,
+                                    handle,
+                                    offset,
+                                    buf,
+                                    0..len as usize,
+                                );
+                                if side.replies.is_full() {
+                                    self.flush_replies(&mut side.replies);
+                                }
+                                continue;
+                            }
+                            Some(res) => {
+                                self.complete(handle, cmd, res, buf, bytes);
+                                continue;
+                            }
+                            None => {}
                         }
                         buf.clear();
                         self.state.lock().jobs.push_back(Job { handle, cmd, buf });
                     } else {
                         // No payload: take the slot and queue in one go; the
                         // worker picks a buffer if it needs one.
-                        let mut st = self.wait_for_room(bytes);
+                        let mut st = self.wait_for_room(bytes, side);
                         st.jobs.push_back(Job {
                             handle,
                             cmd,
@@ -319,6 +397,7 @@ impl Conn<'_> {
                     reason,
                 } => {
                     if n > 0 {
+                        self.before_blocking(side); // the payload may not be here yet
                         if let Err(e) = discard(reader, u64::from(n)) {
                             log::warn!(
                                 "{peer}: client vanished in the middle of a rejected write payload: {e}"
@@ -351,11 +430,38 @@ impl Conn<'_> {
     }
 
     /// Blocks until one more request (with `bytes` of buffer) may be in
-    /// flight, counts it, and returns the locked state.
-    fn wait_for_room(&self, bytes: u64) -> parking_lot::MutexGuard<'_, State> {
+    /// flight, counts it, and returns the locked state. Sends the replies
+    /// ready first (they hold slots), and while hits are in flight on the
+    /// ring, waits for them (only this thread can answer them) rather
+    /// than for the workers.
+    fn wait_for_room(
+        &self,
+        bytes: u64,
+        side: &mut ReaderSide<'_, 'a>,
+    ) -> parking_lot::MutexGuard<'_, State> {
+        let full = |st: &State| {
+            st.count >= self.max_inflight || (st.count > 0 && st.bytes + bytes > self.max_bytes)
+        };
+        let mut done = Vec::new();
         let mut st = self.state.lock();
-        while st.count >= self.max_inflight || (st.count > 0 && st.bytes + bytes > self.max_bytes) {
-            self.room_cv.wait(&mut st);
+        while full(&st) {
+            if !side.replies.is_empty() {
+                drop(st);
+                self.flush_replies(&mut side.replies);
+            } else {
+                match side.ring.as_deref_mut() {
+                    Some(r) if r.in_flight() > 0 => {
+                        drop(st);
+                        r.reap(Wait::ForHit, &mut done);
+                        self.answer_hits(&mut side.replies, &mut done);
+                    }
+                    _ => {
+                        self.room_cv.wait(&mut st);
+                        continue;
+                    }
+                }
+            }
+            st = self.state.lock();
         }
         st.count += 1;
         st.bytes += bytes;
@@ -363,8 +469,127 @@ impl Conn<'_> {
     }
 
     /// Like `wait_for_room`, also handing out a spare buffer.
-    fn acquire(&self, bytes: u64) -> Vec<u8> {
-        self.wait_for_room(bytes).bufs.pop().unwrap_or_default()
+    fn acquire(&self, bytes: u64, side: &mut ReaderSide<'_, 'a>) -> Vec<u8> {
+        self.wait_for_room(bytes, side)
+            .bufs
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Before the reader reads the socket: answers the hits that have
+    /// finished. Unless a complete request header is buffered
+    /// (`buffered`: then more requests are parsed first, and their reads
+    /// and replies go out with these), sends the replies ready and, while
+    /// hits are in flight, waits until one finishes or the socket has
+    /// bytes; returns with the queued reads submitted.
+    fn before_reading(&self, side: &mut ReaderSide<'_, 'a>, buffered: bool) {
+        let Some(ring) = side.ring.as_deref_mut() else {
+            if !buffered {
+                self.flush_replies(&mut side.replies);
+            }
+            return;
+        };
+        let mut done = Vec::new();
+        let mut wait = Wait::No;
+        loop {
+            let readable = ring.reap(wait, &mut done);
+            self.answer_hits(&mut side.replies, &mut done);
+            if buffered {
+                return;
+            }
+            self.flush_replies(&mut side.replies);
+            if readable || ring.in_flight() == 0 {
+                ring.submit();
+                return;
+            }
+            wait = Wait::ForHitOrSocket;
+        }
+    }
+
+    /// Before a read of the socket that may block in the middle of a
+    /// request (a write's payload): sends the replies ready and submits
+    /// the queued reads.
+    fn before_blocking(&self, side: &mut ReaderSide<'_, 'a>) {
+        self.flush_replies(&mut side.replies);
+        if let Some(r) = side.ring.as_deref_mut() {
+            r.submit();
+        }
+    }
+
+    /// Waits for every hit in flight and answers it, and sends every reply
+    /// ready (the connection is ending; a failed hit still goes to the
+    /// workers).
+    fn drain_hits(&self, side: &mut ReaderSide<'_, 'a>) {
+        let mut done = Vec::new();
+        if let Some(ring) = side.ring.as_deref_mut() {
+            while ring.in_flight() > 0 {
+                ring.reap(Wait::ForHit, &mut done);
+                self.answer_hits(&mut side.replies, &mut done);
+            }
+        }
+        self.flush_replies(&mut side.replies);
+    }
+
+    /// Sends the replies in `replies` with one `writev` and releases their
+    /// requests' buffers and slots.
+    fn flush_replies(&self, replies: &mut ReadReplies) {
+        if replies.is_empty() {
+            return;
+        }
+        let parts: Vec<&[u8]> = replies.parts().collect();
+        self.send(&parts);
+        drop(parts);
+        let mut st = self.state.lock();
+        for (mut buf, bytes) in replies.drain_buffers() {
+            if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
+                buf.clear();
+                st.bufs.push(buf);
+            }
+            st.count -= 1;
+            st.bytes -= bytes;
+        }
+        drop(st);
+        self.room_cv.notify_one();
+    }
+
+    /// Answers the finished hits in `done` (emptying it): a hit read
+    /// joins `replies`; a failed one goes to the workers, which read it
+    /// with [`Export::read`] (the slot it holds stays taken).
+    fn answer_hits(&self, replies: &mut ReadReplies, done: &mut Vec<Finished>) {
+        for hit in done.drain(..) {
+            match hit.result {
+                Ok(()) => {
+                    let data = hit.start..hit.start + hit.len;
+                    replies.push(self.structured, hit.handle, hit.offset, hit.buf, data);
+                    if replies.is_full() {
+                        self.flush_replies(replies);
+                    }
+                }
+                Err(e) => {
+                    log::debug!(
+                        "{}: direct read at {} failed ({e}); reading it again",
+                        self.peer,
+                        hit.offset
+                    );
+                    let mut buf = hit.buf;
+                    buf.clear();
+                    let mut st = self.state.lock();
+                    if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
+                        st.bufs.push(buf);
+                    }
+                    st.jobs.push_back(Job {
+                        handle: hit.handle,
+                        cmd: Command::Read {
+                            offset: hit.offset,
+                            len: hit.len as u32,
+                        },
+                        buf: Vec::new(),
+                    });
+                    drop(st);
+                    self.work_cv.notify_one();
+                }
+            }
+        }
     }
 
     /// Ends a request: returns its buffer to the pool and its slot.

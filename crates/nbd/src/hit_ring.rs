@@ -1,0 +1,330 @@
+//! [`HitRing`]: a connection's io_uring for the reads its reader thread
+//! does itself (cache hits on a file, [`Export::begin_direct_read`]), so
+//! that one connection keeps as many reads on the fast device as its
+//! client has requests in flight, instead of one blocking `pread` at a
+//! time.
+//!
+//! The reader thread owns the ring and is its only user: it begins a hit
+//! ([`HitRing::start`], which queues the reads), submits them in batches
+//! ([`HitRing::submit`], before it would block), and reaps finished hits
+//! ([`HitRing::reap`]), waiting when asked for a completion or for the
+//! socket to become readable (one oneshot poll of the socket on the ring),
+//! so that one `io_uring_enter` waits for both. A [`DirectRead`] holds the
+//! export's locks and pins, which belong to the thread that took them; it
+//! never leaves the reader thread. Dropping the ring waits for every read
+//! still in flight: the kernel writes into buffers the ring owns.
+//!
+//! [`Export::begin_direct_read`]: tiercache_frontend::Export::begin_direct_read
+
+use io_uring::{opcode, types, IoUring};
+use std::io;
+use std::os::fd::RawFd;
+use tiercache_frontend::DirectRead;
+
+/// Submission queue entries; a hit uses one per piece.
+const ENTRIES: u32 = 256;
+/// The alignment O_DIRECT files need of the buffer (see
+/// [`tiercache_frontend::Export::begin_direct_read`]).
+pub(crate) const ALIGN: usize = 4096;
+/// `user_data` of the socket's poll; a read's is its slot and its length.
+const POLL: u64 = u64::MAX;
+
+/// A hit being read: the request it answers, its buffer and where its data
+/// starts in the buffer (aligned to [`ALIGN`]).
+struct InFlight<'a> {
+    handle: u64,
+    offset: u64,
+    len: usize,
+    buf: Vec<u8>,
+    start: usize,
+    read: DirectRead<'a>,
+    /// Pieces not yet completed.
+    pending: usize,
+    /// The first failure of a piece (an errno, or a short read).
+    error: Option<io::Error>,
+}
+
+/// A hit whose reads have all completed and whose [`DirectRead`] is
+/// finished: Ok, `buf[start..start + len]` holds the data; Err, the export
+/// asks for the range to be read the normal way ([`Export::read`]).
+///
+/// [`Export::read`]: tiercache_frontend::Export::read
+pub(crate) struct Finished {
+    pub(crate) handle: u64,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) start: usize,
+    pub(crate) result: io::Result<()>,
+}
+
+/// How long [`HitRing::reap`] may wait.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Wait {
+    /// Not at all: only what has completed already.
+    No,
+    /// Until at least one hit has finished (there must be one in flight).
+    ForHit,
+    /// Until a hit has finished or the socket has bytes to read (or is
+    /// closed); the caller then reads the socket without blocking long.
+    ForHitOrSocket,
+}
+
+/// See the module documentation.
+pub(crate) struct HitRing<'a> {
+    ring: IoUring,
+    socket: RawFd,
+    /// Hits in flight by slot (`user_data >> 32`), and the free slots.
+    slots: Vec<Option<InFlight<'a>>>,
+    free: Vec<usize>,
+    /// Reads queued or submitted and not yet completed.
+    sqes_in_flight: usize,
+    /// Reads queued but not yet submitted.
+    queued: usize,
+    poll_armed: bool,
+}
+
+impl<'a> HitRing<'a> {
+    /// A ring for a connection whose socket is `socket` (polled for
+    /// readability). Err when the kernel refuses io_uring (too old,
+    /// disabled by `kernel.io_uring_disabled` or a seccomp filter): the
+    /// connection then reads hits the blocking way.
+    pub(crate) fn new(socket: RawFd) -> io::Result<HitRing<'a>> {
+        let ring = IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .build(ENTRIES)
+            .or_else(|_| IoUring::new(ENTRIES))?;
+        Ok(HitRing {
+            ring,
+            socket,
+            slots: Vec::new(),
+            free: Vec::new(),
+            sqes_in_flight: 0,
+            queued: 0,
+            poll_armed: false,
+        })
+    }
+
+    /// Whether a read of `len` bytes may use the ring: its pieces (at most
+    /// one per 4 KiB cache block, and two partial ones) fit in the
+    /// submission queue.
+    pub(crate) fn fits(len: u32) -> bool {
+        len as usize / ALIGN + 2 <= ENTRIES as usize
+    }
+
+    /// Hits in flight (started and not yet returned by `reap`).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Starts reading hit `read` of request `handle` (`len` bytes at
+    /// `offset`) into `buf` (a spare buffer; grown to hold `len` bytes at
+    /// an [`ALIGN`]ed start). Queues one read per piece; `submit` sends
+    /// them. A piece outside the request ends the hit at once, failed.
+    /// Call only when `Self::fits(len)`.
+    pub(crate) fn start(
+        &mut self,
+        handle: u64,
+        offset: u64,
+        len: usize,
+        mut buf: Vec<u8>,
+        read: DirectRead<'a>,
+    ) {
+        buf.clear();
+        buf.resize(len + ALIGN, 0);
+        let start = buf.as_ptr().align_offset(ALIGN);
+        let bad = read
+            .pieces
+            .iter()
+            .any(|&(_, at, n)| at.checked_add(n).map_or(true, |end| end > len));
+        let pieces = if bad { 0 } else { read.pieces.len() };
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let (fd, reads) = (read.fd, read.pieces.clone());
+        let data = buf[start..].as_mut_ptr();
+        self.slots[slot] = Some(InFlight {
+            handle,
+            offset,
+            len,
+            buf,
+            start,
+            read,
+            pending: pieces,
+            error: bad.then(|| io::Error::other("the export gave a piece beyond the request")),
+        });
+        if pieces == 0 {
+            // Nothing to read (or refused): finished at the next reap.
+            self.queue(opcode::Nop::new().build().user_data((slot as u64) << 32));
+            self.slots[slot].as_mut().unwrap().pending = 1;
+            return;
+        }
+        for (file_offset, at, n) in reads {
+            // SAFETY: `at + n <= len` (checked above), and the buffer holds
+            // `start + len` bytes, so the kernel writes inside it. The
+            // buffer lives in `slots[slot]` (its heap block does not move
+            // with the `Vec`) until every piece's completion is reaped;
+            // nobody else touches it meanwhile, and `Drop` waits for every
+            // read in flight.
+            let ptr = unsafe { data.add(at) };
+            let sqe = opcode::Read::new(types::Fd(fd), ptr, n as u32)
+                .offset(file_offset)
+                .build()
+                .user_data(((slot as u64) << 32) | n as u64);
+            self.queue(sqe);
+        }
+    }
+
+    /// Puts `sqe` on the submission queue, submitting first if it is full.
+    fn queue(&mut self, sqe: io_uring::squeue::Entry) {
+        loop {
+            // SAFETY: every entry queued points into a buffer that outlives
+            // its completion (see `start`); a poll and a nop point nowhere.
+            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
+                break;
+            }
+            self.submit();
+        }
+        self.queued += 1;
+        self.sqes_in_flight += 1;
+    }
+
+    /// Sends the queued reads to the kernel (before the caller blocks on
+    /// anything else).
+    pub(crate) fn submit(&mut self) {
+        if self.queued == 0 {
+            return;
+        }
+        self.enter(0);
+    }
+
+    /// `io_uring_enter`: submits what is queued, waits for `want`
+    /// completions. A full completion queue (`EBUSY`) is drained by the
+    /// caller's next reap; interruptions are retried.
+    fn enter(&mut self, want: usize) {
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => break,
+                Err(e) => {
+                    // Only a broken ring fails so; nothing can be done but
+                    // to wait for what is in flight, which `reap` does.
+                    log::error!("io_uring_enter failed: {e}");
+                    break;
+                }
+            }
+        }
+        self.queued = self.ring.submission().len();
+    }
+
+    /// Collects into `done` the hits whose reads have all completed, each
+    /// [`DirectRead`] finished with the outcome. Waits first as `wait`
+    /// says; returns whether the socket was found readable.
+    pub(crate) fn reap(&mut self, wait: Wait, done: &mut Vec<Finished>) -> bool {
+        match wait {
+            Wait::No => {}
+            Wait::ForHit => self.enter(1),
+            Wait::ForHitOrSocket => {
+                if !self.poll_armed {
+                    self.poll_armed = true;
+                    self.queue(
+                        opcode::PollAdd::new(types::Fd(self.socket), libc::POLLIN as u32)
+                            .build()
+                            .user_data(POLL),
+                    );
+                }
+                self.enter(1);
+            }
+        }
+        let mut readable = false;
+        loop {
+            let Some(cqe) = self.ring.completion().next() else {
+                break;
+            };
+            self.sqes_in_flight -= 1;
+            if cqe.user_data() == POLL {
+                self.poll_armed = false;
+                // The poll may have fired for bytes read since: look.
+                readable |= self.socket_readable();
+                continue;
+            }
+            let slot = (cqe.user_data() >> 32) as usize;
+            let want = (cqe.user_data() & 0xffff_ffff) as i32;
+            let hit = self.slots[slot]
+                .as_mut()
+                .expect("a completion for a free slot");
+            let res = cqe.result();
+            if res < 0 {
+                hit.error.get_or_insert(io::Error::from_raw_os_error(-res));
+            } else if res != want {
+                hit.error.get_or_insert(io::Error::other(format!(
+                    "short read: {res} of {want} bytes"
+                )));
+            }
+            hit.pending -= 1;
+            if hit.pending == 0 {
+                let hit = self.slots[slot].take().unwrap();
+                self.free.push(slot);
+                let result = hit.read.finish(hit.error.map_or(Ok(()), Err));
+                done.push(Finished {
+                    handle: hit.handle,
+                    offset: hit.offset,
+                    len: hit.len,
+                    buf: hit.buf,
+                    start: hit.start,
+                    result,
+                });
+            }
+        }
+        readable
+    }
+
+    /// Whether the socket has bytes to read, or is closed or failed (a read
+    /// then returns at once).
+    fn socket_readable(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: a one-byte buffer on the stack for a peek of one byte.
+        let n = unsafe {
+            libc::recv(
+                self.socket,
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN)
+    }
+}
+
+impl Drop for HitRing<'_> {
+    /// Waits for every read in flight (the kernel writes into buffers the
+    /// ring owns), finishing their hits as failed.
+    fn drop(&mut self) {
+        self.submit();
+        // The socket's poll may never complete: cancel it.
+        if self.poll_armed {
+            self.queue(opcode::PollRemove::new(POLL).build().user_data(POLL - 1));
+            self.poll_armed = false;
+        }
+        while self.sqes_in_flight > 0 {
+            self.enter(1);
+            while let Some(cqe) = self.ring.completion().next() {
+                self.sqes_in_flight -= 1;
+                let slot = (cqe.user_data() >> 32) as usize;
+                if let Some(Some(hit)) = self.slots.get_mut(slot) {
+                    hit.pending -= 1;
+                    if hit.pending == 0 {
+                        let hit = self.slots[slot].take().unwrap();
+                        let _ = hit.read.finish(Err(io::Error::other("connection closed")));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! [`ReadReplies`]: the successful read replies a connection's reader
+//! thread has ready, sent together with one `writev` (one socket buffer
+//! and one wake-up of the client for the batch instead of one per reply).
+
+use crate::proto;
+use std::ops::Range;
+
+/// Replies per batch: two slices each, within a `writev`'s limit.
+pub(crate) const MAX_REPLIES: usize = 32;
+/// Data per batch (a few large reads go out at once).
+const MAX_BYTES: usize = 1 << 20;
+/// A read reply's header: simple (16 bytes), or structured with the
+/// `NBD_REPLY_TYPE_OFFSET_DATA` chunk's offset (20 + 8).
+const HEAD_LEN: usize = 28;
+
+/// See the module documentation. The caller sends [`ReadReplies::parts`]
+/// and then takes the buffers back with [`ReadReplies::drain_buffers`].
+#[derive(Default)]
+pub(crate) struct ReadReplies {
+    heads: Vec<([u8; HEAD_LEN], usize)>,
+    /// Each reply's buffer and where its data lies in it.
+    bufs: Vec<(Vec<u8>, Range<usize>)>,
+    bytes: usize,
+}
+
+impl ReadReplies {
+    /// Adds the reply to read `handle` at `offset`, whose data is
+    /// `buf[data]` (structured: one `OFFSET_DATA` chunk, or `NONE` for no
+    /// data; else a simple reply).
+    pub(crate) fn push(
+        &mut self,
+        structured: bool,
+        handle: u64,
+        offset: u64,
+        buf: Vec<u8>,
+        data: Range<usize>,
+    ) {
+        let mut head = [0u8; HEAD_LEN];
+        let n = if !structured {
+            head[..16].copy_from_slice(&proto::encode_simple_reply(0, handle));
+            16
+        } else if data.is_empty() {
+            head[..20].copy_from_slice(&proto::encode_structured_header(
+                proto::REPLY_FLAG_DONE,
+                proto::REPLY_TYPE_NONE,
+                handle,
+                0,
+            ));
+            20
+        } else {
+            head[..20].copy_from_slice(&proto::encode_structured_header(
+                proto::REPLY_FLAG_DONE,
+                proto::REPLY_TYPE_OFFSET_DATA,
+                handle,
+                8 + data.len() as u32,
+            ));
+            head[20..].copy_from_slice(&offset.to_be_bytes());
+            28
+        };
+        self.bytes += data.len();
+        self.heads.push((head, n));
+        self.bufs.push((buf, data));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.heads.is_empty()
+    }
+
+    /// Whether the batch should be sent before another reply is added.
+    pub(crate) fn is_full(&self) -> bool {
+        self.heads.len() >= MAX_REPLIES || self.bytes >= MAX_BYTES
+    }
+
+    /// The bytes to send, in order: (head, data) per reply.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        self.heads
+            .iter()
+            .zip(&self.bufs)
+            .flat_map(|((h, n), (b, r))| [&h[..*n], &b[r.clone()]])
+    }
+
+    /// Empties the batch, handing back each reply's buffer and the bytes
+    /// its request counted.
+    pub(crate) fn drain_buffers(&mut self) -> impl Iterator<Item = (Vec<u8>, u64)> + '_ {
+        self.heads.clear();
+        self.bytes = 0;
+        self.bufs.drain(..).map(|(b, r)| (b, r.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_laid_out_as_the_wire_wants() {
+        let mut r = ReadReplies::default();
+        r.push(true, 7, 4096, vec![9; 10], 2..6);
+        r.push(false, 8, 0, vec![1, 2, 3], 0..3);
+        r.push(true, 9, 0, Vec::new(), 0..0);
+        let parts: Vec<&[u8]> = r.parts().collect();
+        assert_eq!(parts.len(), 6);
+        let mut first = proto::encode_structured_header(
+            proto::REPLY_FLAG_DONE,
+            proto::REPLY_TYPE_OFFSET_DATA,
+            7,
+            12,
+        )
+        .to_vec();
+        first.extend_from_slice(&4096u64.to_be_bytes());
+        assert_eq!(parts[0], &first[..]);
+        assert_eq!(parts[1], &[9; 4]);
+        assert_eq!(parts[2], &proto::encode_simple_reply(0, 8)[..]);
+        assert_eq!(parts[3], &[1, 2, 3]);
+        assert_eq!(
+            parts[4],
+            &proto::encode_structured_header(proto::REPLY_FLAG_DONE, proto::REPLY_TYPE_NONE, 9, 0)
+                [..]
+        );
+        assert!(parts[5].is_empty());
+        let back: Vec<u64> = r.drain_buffers().map(|(_, n)| n).collect();
+        assert_eq!(back, vec![4, 3, 0]);
+        assert!(r.is_empty());
+    }
+}
