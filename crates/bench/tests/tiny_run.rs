@@ -67,8 +67,10 @@ fn run_bench(extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
         "1M",
         "--cache-size",
         "2M",
+        // Two seconds: at least 3 windows of 250 ms even when a loaded
+        // machine starts fio late (one second gave 2 under load).
         "--runtime",
-        "1",
+        "2",
         "--log-msec",
         "250",
         "--work-dir",

@@ -222,7 +222,15 @@ fn shares_and_caps_are_set_shown_and_checked() {
     sparse_file(&cache, 16 * MIB);
     let va = format!("vm-a={},share=1M,cap=4M", a.display());
     let vb = format!("vm-b={}", b.display());
-    let args = ["--volume", &va, "--volume", &vb, "--create", "--block-size", "64k"];
+    let args = [
+        "--volume",
+        &va,
+        "--volume",
+        &vb,
+        "--create",
+        "--block-size",
+        "64k",
+    ];
     let s = Served::spawn(bin(), dir.path(), "", &cache.display().to_string(), &args);
     let sharing = |s: &Served, name: &str| {
         let stats = s.stats();
@@ -258,7 +266,11 @@ fn shares_and_caps_are_set_shown_and_checked() {
     assert!(!ok && text.contains("add up to"), "{text}");
     let (ok, text) = set_limits(&["--volume", "vm-c", "--share", "1M"]);
     assert!(!ok && text.contains("no volume named"), "{text}");
-    assert_eq!(sharing(&s, "vm-b")["share_blocks"], 32, "unchanged after a refusal");
+    assert_eq!(
+        sharing(&s, "vm-b")["share_blocks"],
+        32,
+        "unchanged after a refusal"
+    );
 
     // An unknown option of --volume is refused before anything starts.
     let out = tiercache()
@@ -269,5 +281,8 @@ fn shares_and_caps_are_set_shown_and_checked() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("unknown option"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("unknown option"),
+        "{err}"
+    );
 }

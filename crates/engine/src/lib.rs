@@ -219,6 +219,14 @@ impl Engine {
             / d.capacity() as f64
     }
 
+    /// RAM used by the pool's volumes beyond the per-block structures: the
+    /// director's per-volume state and the engine's volume records.
+    pub fn volumes_memory_bytes(&self) -> usize {
+        let volumes = self.all_volumes();
+        self.director.lock().volumes_memory_bytes()
+            + volumes.len() * std::mem::size_of::<volume::Volume>()
+    }
+
     /// Switches the cache mode online. Dirty blocks stay dirty and keep
     /// being served from the cache; call [`Engine::drain`] to clean them.
     /// Fails when the cache device was taken out of use.

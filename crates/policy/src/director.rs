@@ -975,6 +975,19 @@ impl Director {
         self.replacement.memory_bytes()
     }
 
+    /// Bytes of RAM the attached volumes' own state uses (sequential
+    /// detectors, counters, hit curves): per volume, not per cache block.
+    pub fn volumes_memory_bytes(&self) -> usize {
+        self.volumes
+            .iter()
+            .map(|(_, v)| {
+                std::mem::size_of_val(v)
+                    + v.sequential.memory_bytes()
+                    + v.share.curve.memory_bytes()
+            })
+            .sum()
+    }
+
     /// The pool's counters, gauges included.
     pub fn counters(&self) -> Counters {
         Counters {

@@ -33,8 +33,16 @@ struct Stream {
 #[derive(Clone, Debug)]
 pub struct SequentialDetector {
     cutoff: u64,
-    table: Box<[Stream; SLOTS]>,
+    /// Allocated at the first IO observed with a cutoff (96 KiB), so an
+    /// idle volume of a pool, or one without bypass, costs nothing.
+    table: Option<Box<[Stream; SLOTS]>>,
 }
+
+const EMPTY_STREAM: Stream = Stream {
+    next_offset: EMPTY,
+    bytes: 0,
+    last_used: Time::ZERO,
+};
 
 fn slot_of(offset: u64) -> usize {
     ((offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % SLOTS
@@ -45,18 +53,19 @@ impl SequentialDetector {
     pub fn new(cutoff: u64) -> Self {
         SequentialDetector {
             cutoff,
-            table: Box::new(
-                [Stream {
-                    next_offset: EMPTY,
-                    bytes: 0,
-                    last_used: Time::ZERO,
-                }; SLOTS],
-            ),
+            table: None,
         }
     }
 
     pub fn cutoff(&self) -> u64 {
         self.cutoff
+    }
+
+    /// Bytes of RAM its stream table uses (none until the first IO).
+    pub fn memory_bytes(&self) -> usize {
+        self.table
+            .as_ref()
+            .map_or(0, |t| std::mem::size_of_val(&**t))
     }
 
     pub fn set_cutoff(&mut self, cutoff: u64) {
@@ -73,16 +82,19 @@ impl SequentialDetector {
         }
         let end = offset.saturating_add(len);
         let i = slot_of(offset);
-        let prev = self.table[i];
+        let table = self
+            .table
+            .get_or_insert_with(|| Box::new([EMPTY_STREAM; SLOTS]));
+        let prev = table[i];
         let bytes = if prev.next_offset == offset
             && now.saturating_sub(prev.last_used) <= STREAM_TIMEOUT_NS
         {
-            self.table[i].next_offset = EMPTY;
+            table[i].next_offset = EMPTY;
             prev.bytes.saturating_add(len)
         } else {
             len
         };
-        self.table[slot_of(end)] = Stream {
+        table[slot_of(end)] = Stream {
             next_offset: end,
             bytes,
             last_used: now,
@@ -92,7 +104,7 @@ impl SequentialDetector {
 
     #[cfg(test)]
     fn bytes_of_stream_at(&self, next_offset: u64) -> Option<u64> {
-        let s = self.table[slot_of(next_offset)];
+        let s = self.table.as_ref()?[slot_of(next_offset)];
         (s.next_offset == next_offset).then_some(s.bytes)
     }
 }

@@ -62,5 +62,6 @@ pub mod pool;
 pub mod recovery;
 pub mod request;
 mod server;
+mod start_error;
 
 pub use server::{check_kernel_support, StartError, UblkConfig, UblkServer, CONTROL_PATH};

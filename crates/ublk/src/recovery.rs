@@ -10,7 +10,7 @@
 //! START_USER_RECOVERY, serves the queues again and sends
 //! END_USER_RECOVERY; the held requests then reach it.
 
-use crate::server::{describe, StartError};
+use crate::start_error::{describe, StartError};
 use libublk::ctrl::UblkCtrl;
 use libublk::{sys, UblkError};
 use std::time::{Duration, Instant};

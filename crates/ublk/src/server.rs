@@ -5,6 +5,8 @@
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
 use crate::request::{decode, execute, execute_if_quick, Request};
+use crate::start_error::describe;
+pub use crate::start_error::{StartError, CONTROL_PATH};
 use io_uring::{opcode, types};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
@@ -18,9 +20,6 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tiercache_frontend::{Checked, Export};
-
-/// Where the kernel's ublk driver is reached.
-pub const CONTROL_PATH: &str = "/dev/ublk-control";
 
 /// How to serve an export as a ublk device.
 #[derive(Debug, Clone)]
@@ -68,46 +67,6 @@ impl UblkConfig {
         }
     }
 }
-
-/// Why a device could not be served.
-#[derive(Debug)]
-pub enum StartError {
-    /// No `/dev/ublk-control`: the kernel has no ublk driver loaded.
-    NoKernelSupport,
-    /// `/dev/ublk-control` exists but may not be opened (not root).
-    PermissionDenied,
-    /// The export cannot be described to the kernel (block sizes, size).
-    Geometry(String),
-    /// The configuration is out of range.
-    Config(String),
-    /// The driver refused or failed (creating, starting the device).
-    Driver(String),
-    /// The device number is taken: a live server serves it, or a device
-    /// that cannot be taken over is there.
-    Busy(String),
-}
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartError::NoKernelSupport => write!(
-                f,
-                "this kernel has no ublk (modprobe ublk_drv; needs Linux >= 6.0 built with \
-                 CONFIG_BLK_DEV_UBLK): {CONTROL_PATH} does not exist"
-            ),
-            StartError::PermissionDenied => write!(
-                f,
-                "{CONTROL_PATH} may not be opened: creating a ublk device needs root"
-            ),
-            StartError::Geometry(m) => write!(f, "cannot serve this export over ublk: {m}"),
-            StartError::Config(m) => write!(f, "bad ublk configuration: {m}"),
-            StartError::Driver(m) => write!(f, "ublk driver: {m}"),
-            StartError::Busy(m) => write!(f, "{m}"),
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// Checks that the kernel has ublk and that this process may use it,
 /// without creating anything.
@@ -424,16 +383,6 @@ impl Drop for UblkServer {
         if let Err(e) = self.shutdown() {
             log::error!("ublk{}: {e}", self.dev_id);
         }
-    }
-}
-
-pub(crate) fn describe(e: &UblkError) -> String {
-    match e {
-        UblkError::OtherError(code) | UblkError::UringIOError(code) if *code < 0 => {
-            format!("{e} ({})", std::io::Error::from_raw_os_error(-code))
-        }
-        UblkError::IOError(io) => format!("{io}"),
-        _ => format!("{e}"),
     }
 }
 
