@@ -286,3 +286,29 @@ fn shares_and_caps_are_set_shown_and_checked() {
         "{err}"
     );
 }
+
+/// A backing device given for two volumes of the pool is refused before
+/// anything is written, with a message that names the cause.
+#[test]
+fn the_same_backing_device_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, cache) = (dir.path().join("a.img"), dir.path().join("cache.img"));
+    sparse_file(&a, 16 * MIB);
+    sparse_file(&cache, 16 * MIB);
+    let out = tiercache()
+        .args(["serve", "--create", "--cache"])
+        .arg(&cache)
+        .arg("--volume")
+        .arg(format!("vm-a={}", a.display()))
+        .arg("--volume")
+        .arg(format!("vm-b={}", a.display()))
+        .arg("--socket")
+        .arg(dir.path().join("nbd.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("opened twice"), "{err}");
+    let cache_bytes = std::fs::read(&cache).unwrap();
+    assert!(cache_bytes.iter().all(|&b| b == 0), "the cache was written");
+}
