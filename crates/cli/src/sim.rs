@@ -182,13 +182,18 @@ pub fn run(a: &SimArgs) -> Result<()> {
         .expect("template")
         .progress_chars("=> "),
     );
-    let report = tiercache_sim::run(&input, &spec, &|p: &tiercache_sim::Progress| {
+    let mut report = tiercache_sim::run(&input, &spec, &|p: &tiercache_sim::Progress| {
         bar.set_message(format!("{:?}", p.phase).to_lowercase());
         if let Some(f) = p.fraction {
             bar.set_position((f * 1000.0) as u64);
         }
     })?;
     bar.finish_and_clear();
+    if a.pool {
+        if let Input::Trace { path, options } = &input {
+            report.pool = pool_splits(path, options, &spec)?;
+        }
+    }
     let table = tiercache_sim::write_outputs(
         &report,
         &OutputPaths {
@@ -197,19 +202,35 @@ pub fn run(a: &SimArgs) -> Result<()> {
         },
     )?;
     print!("{table}");
-    if a.pool {
-        if let Input::Trace { path, options } = &input {
-            print_pool(path, options, &spec)?;
-        }
+    if !report.pool.is_empty() {
+        print_pool(&report.pool, &spec)?;
     }
     Ok(())
 }
 
-/// The pool's shared cache against static splits (see `tiercache_sim::pool`).
-fn print_pool(path: &std::path::Path, options: &TraceOptions, spec: &SimSpec) -> Result<()> {
+/// The pool's shared cache against static splits per cache size, for the
+/// first policy (see `tiercache_sim::pool`).
+fn pool_splits(
+    path: &std::path::Path,
+    options: &TraceOptions,
+    spec: &SimSpec,
+) -> Result<Vec<tiercache_sim::simulate::PoolSplit>> {
     let requests = tiercache_sim::trace::open_trace(path, options)?
         .collect::<std::result::Result<Vec<_>, _>>()
         .with_context(|| format!("reading {}", path.display()))?;
+    let policy = spec.policies.first().context("no policy")?;
+    spec.cache_sizes
+        .iter()
+        .map(|&size| {
+            tiercache_sim::pool::compare_splits(spec, policy, size, &requests)
+                .map_err(anyhow::Error::msg)
+        })
+        .collect()
+}
+
+/// Prints the shared cache against static splits, and the busiest volumes
+/// of the last size.
+fn print_pool(splits: &[tiercache_sim::simulate::PoolSplit], spec: &SimSpec) -> Result<()> {
     let policy = spec.policies.first().context("no policy")?;
     println!();
     println!(
@@ -219,10 +240,8 @@ fn print_pool(path: &std::path::Path, options: &TraceOptions, spec: &SimSpec) ->
         "{:>10}  {:>7}  {:>7}  {:>17}  {:>11}",
         "cache", "volumes", "shared", "best static split", "equal split"
     );
-    let mut last = None;
-    for &size in &spec.cache_sizes {
-        let s = tiercache_sim::pool::compare_splits(spec, policy, size, &requests)
-            .map_err(anyhow::Error::msg)?;
+    for s in splits {
+        let size = s.cache_bytes;
         println!(
             "{:>10}  {:>7}  {:>6.2}%  {:>16.2}%  {:>10.2}%",
             tiercache_types::fmt_bytes(size),
@@ -231,9 +250,8 @@ fn print_pool(path: &std::path::Path, options: &TraceOptions, spec: &SimSpec) ->
             100.0 * s.best_static_hit_ratio(),
             100.0 * s.equal_hit_ratio()
         );
-        last = Some(s);
     }
-    if let Some(s) = last {
+    if let Some(s) = splits.last() {
         let mut vols = s.shared_volumes.clone();
         vols.sort_by_key(|v| {
             std::cmp::Reverse(

@@ -87,3 +87,64 @@ fn fio_iolog_trace_is_replayed_and_bad_input_is_explained() {
     assert!(!ok);
     assert!(err.contains("t.iolog:2") && err.contains("banana"), "{err}");
 }
+
+/// `--pool`: a Tencent CBS trace of three volumes (a hot loop, a
+/// scanner, a small reader) replayed as one shared cache against static
+/// splits; the table and the JSON (with each volume's curve) say so.
+#[test]
+fn a_multi_volume_trace_is_replayed_as_a_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("cbs.csv");
+    let json = dir.path().join("pool.json");
+    let mut lines = String::new();
+    let mut scan = 0u64;
+    for i in 0..30_000u64 {
+        // Timestamp,Offset(sectors),Size(sectors),IOType(0 read),VolumeID
+        let (offset, volume) = match i % 3 {
+            0 => ((i / 3) % 300 * 8, 7),
+            1 => {
+                scan += 1;
+                (scan * 8, 8)
+            }
+            _ => ((i / 3) % 20 * 8, 9),
+        };
+        lines.push_str(&format!("{},{offset},8,0,{volume}\n", 1_538_323_200 + i / 1000));
+    }
+    std::fs::write(&trace, lines).unwrap();
+    let (out, err, ok) = sim(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "tencent",
+        "--cache-sizes",
+        "1M,2M",
+        "--policies",
+        "default",
+        "--sequential-cutoff",
+        "0",
+        "--no-opt",
+        "--pool",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("best static split"), "{out}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let pool = r["pool"].as_array().expect("pool results");
+    assert_eq!(pool.len(), 2);
+    for p in pool {
+        assert_eq!(p["volumes"], 3, "{p}");
+        assert_eq!(p["curves"].as_array().unwrap().len(), 3);
+        assert_eq!(p["shared_volumes"].as_array().unwrap().len(), 3);
+        let refs = p["block_refs"].as_u64().unwrap();
+        assert_eq!(refs, 30_000);
+        for k in ["shared_hits", "best_static_hits", "equal_hits"] {
+            assert!(p[k].as_u64().unwrap() <= refs, "{k}: {p}");
+        }
+    }
+    // 2 MiB (512 blocks) holds the loop (300) and the reader (20): shared,
+    // the scanner must not push them out.
+    let big = &pool[1];
+    let hits = big["shared_hits"].as_u64().unwrap();
+    assert!(hits >= 18_000, "shared hits {hits} of 20,000 hot references");
+}

@@ -12,7 +12,7 @@
 //! equal split gives every volume the same slice. All figures count the
 //! same block references, so they compare hit for hit.
 
-use crate::simulate::{ConfigRunner, SimSpec, VolumeResult};
+use crate::simulate::{ConfigRunner, PoolSplit, SimSpec, VolumeCurve};
 use crate::trace::{Request, VOLUME_SHIFT};
 use std::collections::{HashMap, HashSet};
 use tiercache_policy::sharing::{split, SplitInput};
@@ -20,46 +20,6 @@ use tiercache_policy::PolicyConfig;
 
 /// A measured hit curve: (slice blocks, block hits).
 type Curve = Vec<(u64, u64)>;
-
-/// Shared against static splits for one cache size and policy.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PoolSplit {
-    pub cache_bytes: u64,
-    pub policy: String,
-    /// Volumes with at least one request.
-    pub volumes: usize,
-    /// Block references (reads and writes) of all volumes.
-    pub block_refs: u64,
-    /// Block hits of the shared cache.
-    pub shared_hits: u64,
-    /// Block hits of the best static split found.
-    pub best_static_hits: u64,
-    /// Block hits with every volume given the same slice.
-    pub equal_hits: u64,
-    /// The best static split: (volume, blocks), volumes given none left out.
-    pub best_split: Vec<(u16, u64)>,
-    /// Every volume of the shared replay.
-    pub shared_volumes: Vec<VolumeResult>,
-}
-
-impl PoolSplit {
-    fn ratio(&self, hits: u64) -> f64 {
-        if self.block_refs == 0 {
-            0.0
-        } else {
-            hits as f64 / self.block_refs as f64
-        }
-    }
-    pub fn shared_hit_ratio(&self) -> f64 {
-        self.ratio(self.shared_hits)
-    }
-    pub fn best_static_hit_ratio(&self) -> f64 {
-        self.ratio(self.best_static_hits)
-    }
-    pub fn equal_hit_ratio(&self) -> f64 {
-        self.ratio(self.equal_hits)
-    }
-}
 
 /// Replays `requests` (a multi-volume trace, each volume in its own
 /// `i << VOLUME_SHIFT` range) shared and split, for a cache of
@@ -170,6 +130,15 @@ pub fn compare_splits(
             best_split.push((*v, b));
         }
     }
+    let volume_curves = volumes
+        .iter()
+        .zip(&curves)
+        .map(|((v, reqs), c)| VolumeCurve {
+            volume: *v,
+            requests: reqs.len() as u64,
+            points: c.clone(),
+        })
+        .collect();
     let slice = capacity / volumes.len().max(1) as u64;
     let mut equal_hits = 0;
     for (_, reqs) in &volumes {
@@ -185,6 +154,7 @@ pub fn compare_splits(
         equal_hits,
         best_split,
         shared_volumes: shared.volume_results(),
+        curves: volume_curves,
     })
 }
 

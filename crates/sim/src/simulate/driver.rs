@@ -362,5 +362,6 @@ pub fn simulate(
             requests: done,
             stopped_by: stopped_by.to_string(),
         }),
+        pool: Vec::new(),
     })
 }

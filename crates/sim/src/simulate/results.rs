@@ -214,6 +214,10 @@ pub struct SimReport {
     /// Set when the spec asked to stop at convergence.
     #[serde(default)]
     pub convergence: Option<ConvergenceReport>,
+    /// A multi-volume trace replayed as a pool against static splits
+    /// (`tiercache sim --pool`), per cache size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pool: Vec<PoolSplit>,
 }
 
 /// How a run with [`SimSpec::converge`] ended.
@@ -226,4 +230,57 @@ pub struct ConvergenceReport {
     pub requests: u64,
     /// `converged`, `time bound`, or `end of input` (the IO bound).
     pub stopped_by: String,
+}
+
+/// Shared against static splits for one cache size and policy.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PoolSplit {
+    pub cache_bytes: u64,
+    pub policy: String,
+    /// Volumes with at least one request.
+    pub volumes: usize,
+    /// Block references (reads and writes) of all volumes.
+    pub block_refs: u64,
+    /// Block hits of the shared cache.
+    pub shared_hits: u64,
+    /// Block hits of the best static split found.
+    pub best_static_hits: u64,
+    /// Block hits with every volume given the same slice.
+    pub equal_hits: u64,
+    /// The best static split: (volume, blocks), volumes given none left out.
+    pub best_split: Vec<(u16, u64)>,
+    /// Every volume of the shared replay.
+    pub shared_volumes: Vec<VolumeResult>,
+    /// Every volume's hit curve, replayed alone through the same policy.
+    pub curves: Vec<VolumeCurve>,
+}
+
+/// One volume's hit curve in a [`PoolSplit`]: its own requests replayed
+/// alone through the policy at slice sizes a quarter apart.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct VolumeCurve {
+    pub volume: u16,
+    pub requests: u64,
+    /// (slice blocks, block hits), from (0, 0) to the volume's footprint
+    /// or the cache, whichever is smaller.
+    pub points: Vec<(u64, u64)>,
+}
+
+impl PoolSplit {
+    fn ratio(&self, hits: u64) -> f64 {
+        if self.block_refs == 0 {
+            0.0
+        } else {
+            hits as f64 / self.block_refs as f64
+        }
+    }
+    pub fn shared_hit_ratio(&self) -> f64 {
+        self.ratio(self.shared_hits)
+    }
+    pub fn best_static_hit_ratio(&self) -> f64 {
+        self.ratio(self.best_static_hits)
+    }
+    pub fn equal_hit_ratio(&self) -> f64 {
+        self.ratio(self.equal_hits)
+    }
 }
