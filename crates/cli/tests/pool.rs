@@ -7,9 +7,20 @@
 mod common;
 
 use common::*;
+use std::path::PathBuf;
 use std::process::Command;
 
 const MIB: u64 = 1 << 20;
+
+/// Sparse `a.img`, `b.img` and `cache.img` in `dir`, of these MiB.
+fn pool_files(dir: &std::path::Path, mib: [u64; 3]) -> (PathBuf, PathBuf, PathBuf) {
+    let files = ["a.img", "b.img", "cache.img"].map(|f| dir.join(f));
+    for (f, m) in files.iter().zip(mib) {
+        sparse_file(f, m * MIB);
+    }
+    let [a, b, cache] = files;
+    (a, b, cache)
+}
 
 fn export_uri(s: &Served, name: &str) -> String {
     format!("nbd+unix:///{name}?socket={}", s.socket().display())
@@ -22,14 +33,7 @@ fn each_volume_is_its_own_export_and_keeps_its_data_across_a_restart() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, cache) = (
-        dir.path().join("a.img"),
-        dir.path().join("b.img"),
-        dir.path().join("cache.img"),
-    );
-    sparse_file(&a, 16 * MIB);
-    sparse_file(&b, 24 * MIB);
-    sparse_file(&cache, 32 * MIB);
+    let (a, b, cache) = pool_files(dir.path(), [16, 24, 32]);
     let va = format!("vm-a={}", a.display());
     let vb = format!("vm-b={}", b.display());
     // Writeback with the cleaner quiet: the data stays in the cache only.
@@ -212,14 +216,7 @@ fn kill_9_loses_no_flushed_write_of_any_volume() {
 #[test]
 fn shares_and_caps_are_set_shown_and_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, cache) = (
-        dir.path().join("a.img"),
-        dir.path().join("b.img"),
-        dir.path().join("cache.img"),
-    );
-    sparse_file(&a, 16 * MIB);
-    sparse_file(&b, 16 * MIB);
-    sparse_file(&cache, 16 * MIB);
+    let (a, b, cache) = pool_files(dir.path(), [16, 16, 16]);
     let va = format!("vm-a={},share=1M,cap=4M", a.display());
     let vb = format!("vm-b={}", b.display());
     let args = [

@@ -108,7 +108,10 @@ fn a_multi_volume_trace_is_replayed_as_a_pool() {
             }
             _ => ((i / 3) % 20 * 8, 9),
         };
-        lines.push_str(&format!("{},{offset},8,0,{volume}\n", 1_538_323_200 + i / 1000));
+        lines.push_str(&format!(
+            "{},{offset},8,0,{volume}\n",
+            1_538_323_200 + i / 1000
+        ));
     }
     std::fs::write(&trace, lines).unwrap();
     let (out, err, ok) = sim(&[
@@ -146,5 +149,8 @@ fn a_multi_volume_trace_is_replayed_as_a_pool() {
     // the scanner must not push them out.
     let big = &pool[1];
     let hits = big["shared_hits"].as_u64().unwrap();
-    assert!(hits >= 18_000, "shared hits {hits} of 20,000 hot references");
+    assert!(
+        hits >= 18_000,
+        "shared hits {hits} of 20,000 hot references"
+    );
 }
