@@ -1,13 +1,14 @@
 //! The simulator and the live engine run the same decision code: over the
 //! same request stream (time included) they must count exactly the same
 //! hits, misses, promotions, demotions, bypasses and writebacks, with the
-//! cleaner on (the engine cleaned at the points the simulator's cleaner
-//! cleans: the blocks chosen are the shared choice) and on a device whose
-//! last block is short.
+//! cleaner on (the engine cleaned by its own pacing, the policy crate's
+//! `RateController`, on the simulator's clock: how many and which blocks
+//! are the shared decisions) and on a device whose last block is short.
 
 use std::sync::Arc;
 use tiercache_device::{BlockDevice, MemDevice};
 use tiercache_engine::{Engine, EngineConfig};
+use tiercache_policy::writeback::RateController;
 use tiercache_policy::PolicyConfig;
 use tiercache_sim::{synth::Distribution, CleanerSpec, ConfigRunner, SimSpec, Workload};
 use tiercache_types::{Access, AdmissionKind, CacheMode, ManualClock, ReplacementKind};
@@ -53,6 +54,9 @@ fn parity(
     )
     .unwrap();
     let mut buf = vec![0u8; 1 << 20];
+    let mut pacer = cleaner
+        .filter(|_| mode == CacheMode::WriteBack)
+        .map(|c| RateController::new(c.config()));
     let mut n = 0;
     for r in workload.requests().unwrap() {
         clock.set(r.time);
@@ -62,8 +66,9 @@ fn parity(
             Access::Write => engine.write(r.offset, b, false).unwrap(),
         }
         sim.process(&r);
-        if let (Some(c), Access::Write, CacheMode::WriteBack) = (cleaner, r.access, mode) {
-            let due = c.to_clean(engine.dirty_blocks(), engine.capacity());
+        if let Some(p) = pacer.as_mut() {
+            let dirty = engine.dirty_blocks();
+            let due = p.blocks_to_clean(dirty, engine.capacity() as u64, false, false, sim.clock());
             if due > 0 {
                 assert_eq!(engine.clean(due as usize).unwrap() as u64, due);
             }
@@ -145,10 +150,7 @@ fn with_the_cleaner_and_a_short_last_block_they_count_the_same() {
         seed: 7,
         ..Workload::default()
     };
-    let cleaner = CleanerSpec {
-        high_dirty: 0.3,
-        low_dirty: 0.1,
-    };
+    let cleaner = CleanerSpec::default();
     for &mode in CacheMode::ALL {
         for bs in [4096, 16384] {
             parity(mode, PolicyConfig::default(), bs, &workload, Some(cleaner));

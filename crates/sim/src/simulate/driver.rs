@@ -146,6 +146,14 @@ pub fn simulate(
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut next = Vec::with_capacity(CHUNK);
     read_chunk(source, &mut chunk)?;
+    // The cleaner's clock: the trace's own time if it has one, else the
+    // modelled time (see `ConfigRunner::set_timestamps`).
+    let timed = source.has_timestamps();
+    for t in &tasks {
+        if let Task::Config(r) = &mut *t.lock().expect("no task panicked yet") {
+            r.set_timestamps(timed);
+        }
+    }
     let mut done: u64 = 0;
     // Per config task (index into `tasks`): distinct blocks seen when its
     // cache became full.

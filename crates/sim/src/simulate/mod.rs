@@ -9,13 +9,17 @@
 //! the whole block), then `finish`. The plans are priced by the
 //! [`crate::device::DeviceModel`].
 //!
-//! Writeback mode: a simple cleaner (if enabled) writes dirty blocks back
-//! whenever more than `high_dirty` of the cache is dirty, down to
-//! `low_dirty`, like a bcache-style writeback target. Which blocks is the
-//! engine's choice ([`choose_writeback`](tiercache_policy::writeback::choose_writeback): origin order); when is a model,
-//! since a synthetic stream has no time to pace by. Writebacks are
-//! background IO: they cost device capacity (and so IOPS) but no request
-//! latency. Dirty blocks left at the end are reported.
+//! Writeback mode: the cleaner (if enabled) is the engine's own: how many
+//! blocks and when come from the policy crate's
+//! [`RateController`](tiercache_policy::writeback::RateController)
+//! (bcache's PI controller on the dirty share; everything once idle),
+//! which blocks from [`choose_writeback`](tiercache_policy::writeback::choose_writeback)
+//! (origin order). Its clock is the trace's time when the trace has
+//! timestamps (a gap of `idle_after_ms` or more counts as idle: all is
+//! written back before the next request), else modelled time (each
+//! request's modelled latency over the queue depth, back to back, never
+//! idle). Writebacks are background IO: they cost device capacity (and so
+//! IOPS) but no request latency. Dirty blocks left at the end are reported.
 //!
 //! Parallelism: the request stream is read once, in chunks. For each chunk
 //! the configurations (and the block-level analysis task) are independent,

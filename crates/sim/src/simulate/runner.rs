@@ -3,13 +3,13 @@
 //! the device model.
 
 use super::results::{ConfigResult, LatencySummary, VolumeResult, WarmResult};
-use super::spec::{policy_label, CleanerSpec, SimSpec};
+use super::spec::{policy_label, SimSpec};
 use crate::device::{DeviceModel, LatencyHistogram};
 use crate::trace::{Request, VOLUME_SHIFT};
 use tiercache_policy::director::{ReadPlan, WritePlan};
-use tiercache_policy::writeback::choose_writeback;
+use tiercache_policy::writeback::{choose_writeback, RateController};
 use tiercache_policy::{BlockPlan, Director, DirectorConfig, IoRequest, PolicyConfig};
-use tiercache_types::{Access, CacheMode, VolumeId};
+use tiercache_types::{CacheMode, Time, VolumeId};
 
 // Plan classes, indexes into cost tables.
 pub(super) const HIT: u8 = 0;
@@ -52,8 +52,15 @@ pub struct ConfigRunner {
     slow_busy_block: [u64; 6],
     fast_busy: u128,
     slow_busy: u128,
-    cleaner: Option<CleanerSpec>,
+    /// The engine's writeback pacing, and the idle gap in ns.
+    cleaner: Option<(RateController, u64)>,
     cleaner_writebacks: u64,
+    /// The cleaner's clock: the request's own time for a timestamped
+    /// trace, else modelled time (each request's modelled latency over the
+    /// queue depth, as if the requests came back to back).
+    timestamps: bool,
+    clock: Time,
+    queue_depth: u64,
     /// Requests seen (zero-length ones included).
     requests: u64,
     /// (requests, hits, block refs) when the cache first became full.
@@ -107,8 +114,14 @@ impl ConfigRunner {
             slow_busy_block: [0; 6],
             fast_busy: 0,
             slow_busy: 0,
-            cleaner: spec.cleaner.filter(|_| spec.mode == CacheMode::WriteBack),
+            cleaner: spec
+                .cleaner
+                .filter(|_| spec.mode == CacheMode::WriteBack)
+                .map(|c| (RateController::new(c.config()), c.idle_after_ms * 1_000_000)),
             cleaner_writebacks: 0,
+            timestamps: false,
+            clock: Time::ZERO,
+            queue_depth: spec.queue_depth.max(1) as u64,
             requests: 0,
             fill: None,
             pool: spec.pool,
@@ -165,6 +178,18 @@ impl ConfigRunner {
             return;
         }
         let now = r.time;
+        if self.timestamps {
+            // An idle gap before this request: the engine's cleaner would
+            // have written everything back in it.
+            if let Some((ctl, idle_ns)) = self.cleaner.as_mut() {
+                if now.saturating_sub(self.clock) >= *idle_ns && self.requests > 1 {
+                    let dirty = self.d.dirty_len() as u64;
+                    let n = ctl.blocks_to_clean(dirty, self.capacity as u64, true, false, now);
+                    self.clean(n as usize);
+                }
+            }
+            self.clock = now;
+        }
         let (volume, offset) = self.volume_of(r.offset);
         let req = IoRequest {
             volume,
@@ -202,12 +227,14 @@ impl ConfigRunner {
             lat += self.run_cost(class, bytes);
         }
         self.hist.record(lat);
-        if let Some(c) = self.cleaner {
-            if r.access == Access::Write {
-                let n = c.to_clean(self.d.dirty_len() as u64, self.capacity);
-                if n > 0 {
-                    self.clean(n as usize);
-                }
+        if !self.timestamps {
+            self.clock = Time(self.clock.0 + lat / self.queue_depth);
+        }
+        if let Some((ctl, _)) = self.cleaner.as_mut() {
+            let dirty = self.d.dirty_len() as u64;
+            let n = ctl.blocks_to_clean(dirty, self.capacity as u64, false, false, self.clock);
+            if n > 0 {
+                self.clean(n as usize);
             }
         }
         if self.fill.is_none() && self.d.resident_len() >= self.d.capacity() {
@@ -249,6 +276,17 @@ impl ConfigRunner {
                 })
             })
             .collect()
+    }
+
+    /// Whether request times are real timestamps (the cleaner then runs on
+    /// them, idle gaps included) or IO counters (it runs on modelled time).
+    pub fn set_timestamps(&mut self, timestamps: bool) {
+        self.timestamps = timestamps;
+    }
+
+    /// The cleaner's clock now (see [`ConfigRunner::set_timestamps`]).
+    pub fn clock(&self) -> Time {
+        self.clock
     }
 
     /// Block hits and block references (reads and writes) so far.

@@ -7,38 +7,42 @@ use crate::error::{Error, Result};
 use crate::mrc::MrcMethod;
 use crate::opt::OptVariant;
 use serde::{Deserialize, Serialize};
+use tiercache_policy::writeback::CleanerConfig;
 use tiercache_policy::{DirectorConfig, PolicyConfig};
 use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind};
 
-/// The writeback cleaner model.
+/// The writeback cleaner: the engine's own pacing (the policy crate's
+/// [`RateController`](tiercache_policy::writeback::RateController): bcache's PI controller on the dirty share, and
+/// everything written back once the devices are idle), on the simulator's
+/// clock.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CleanerSpec {
-    /// Start cleaning above this dirty share of the cache (0..1).
-    pub high_dirty: f64,
-    /// Clean down to this dirty share.
-    pub low_dirty: f64,
+    /// Dirty share of the cache to aim for (0..1).
+    pub target_dirty: f64,
+    /// A gap of this many milliseconds between two requests of a
+    /// timestamped trace counts as idle: every dirty block is written
+    /// back before the next request (the engine's `--writeback-idle-after`).
+    pub idle_after_ms: u64,
 }
 
 impl CleanerSpec {
-    /// Blocks to write back now with `dirty` of `capacity` blocks dirty:
-    /// none up to `high_dirty`, else down to `low_dirty`.
-    pub fn to_clean(&self, dirty: u64, capacity: u32) -> u64 {
-        let high = (self.high_dirty.clamp(0.0, 1.0) * capacity as f64) as u64;
-        let low = (self.low_dirty.clamp(0.0, 1.0) * capacity as f64) as u64;
-        if dirty > high {
-            dirty - low
-        } else {
-            0
+    /// The engine's cleaner settings with this target and idle time.
+    pub fn config(&self) -> CleanerConfig {
+        CleanerConfig {
+            target_dirty: self.target_dirty,
+            idle_after: std::time::Duration::from_millis(self.idle_after_ms),
+            ..CleanerConfig::default()
         }
     }
 }
 
 impl Default for CleanerSpec {
-    /// bcache's `writeback_percent` is 10: keep about 10% dirty.
+    /// The engine's defaults (bcache's `writeback_percent` is 10).
     fn default() -> Self {
+        let c = CleanerConfig::default();
         CleanerSpec {
-            high_dirty: 0.2,
-            low_dirty: 0.1,
+            target_dirty: c.target_dirty,
+            idle_after_ms: c.idle_after.as_millis() as u64,
         }
     }
 }
