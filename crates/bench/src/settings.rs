@@ -91,6 +91,13 @@ pub struct BenchArgs {
     /// Keep the device files in WORK_DIR afterwards.
     #[arg(long)]
     pub keep_files: bool,
+    /// The pool benchmark instead: five volumes with different workloads
+    /// at once, one shared cache against equal static slices (see
+    /// `pool.rs`). --data-size is then each volume's size (default 256M),
+    /// --cache-size the shared cache's (default 64M), --runtime each
+    /// measured run's (default 20).
+    #[arg(long)]
+    pub pool: bool,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
