@@ -140,6 +140,12 @@ pub fn run(args: &BenchArgs, exe: &Path) -> Result<()> {
         Some(Ok(x)) => {
             let bytes =
                 pool_sim::slice_bytes(&ws, &x.best_split, st.cache_size, st.block_size, MIN_SLICE);
+            let mut x = x;
+            x.slices = ws
+                .iter()
+                .map(|w| w.name.to_string())
+                .zip(bytes.iter().copied())
+                .collect();
             sim = Some(x);
             record(
                 &prog,

@@ -157,6 +157,9 @@ pub struct SimSplit {
     pub equal_hit_ratio: f64,
     /// (volume, blocks) of the best static split.
     pub best_split: Vec<(String, u64)>,
+    /// (volume, bytes) of the slice files the measured best-split run
+    /// used (the split's shares of the cache, at least 2 MiB each).
+    pub slices: Vec<(String, u64)>,
 }
 
 /// Everything one `tiercache bench --pool` produced.
@@ -284,13 +287,18 @@ pub fn summary(r: &PoolResults) -> Vec<String> {
     }
     if let Some(x) = &r.sim {
         s.push(format!(
-            "Simulator ({} synthetic requests shaped like the jobs): shared {}, best static split {} ({}), equal slices {}.",
+            "Simulator ({} synthetic requests shaped like the jobs): shared {}, best static split {} ({} blocks; measured with slices of {}), equal slices {}.",
             x.requests,
             fmt_ratio(Some(x.shared_hit_ratio)),
             fmt_ratio(Some(x.best_static_hit_ratio)),
             x.best_split
                 .iter()
                 .map(|(v, b)| format!("{v} {b}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            x.slices
+                .iter()
+                .map(|(v, b)| format!("{v} {}", fmt_bytes(*b)))
                 .collect::<Vec<_>>()
                 .join(", "),
             fmt_ratio(Some(x.equal_hit_ratio)),

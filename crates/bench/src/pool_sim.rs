@@ -102,13 +102,14 @@ pub fn best_split(ws: &[Workload], st: &PoolSettings, shared: &PoolRun) -> Resul
             .iter()
             .filter_map(|&(v, b)| Some((ws.get(v as usize)?.name.to_string(), b)))
             .collect(),
+        slices: Vec::new(),
     })
 }
 
 /// Slice sizes in bytes for `split` (blocks per volume, in `ws` order by
 /// name; volumes it leaves out get none): each slice its share of
-/// `cache` rounded down to whole blocks, at least `min`; what the
-/// minimums add is taken from the largest slice.
+/// `cache` rounded down to whole blocks, at least `min` (a multiple of
+/// `bs`); what the minimums add is taken from the largest slices.
 pub fn slice_bytes(
     ws: &[Workload],
     split: &[(String, u64)],
@@ -122,10 +123,16 @@ pub fn slice_bytes(
         .iter()
         .map(|w| ((cache as u128 * blocks(w.name) as u128 / sum as u128) as u64 / bs * bs).max(min))
         .collect();
-    let total: u64 = bytes.iter().sum();
-    if total > cache {
+    // Each round takes what is over from the largest slice still above
+    // the floor (whole blocks, down to the floor at most).
+    loop {
+        let total: u64 = bytes.iter().sum();
         let big = (0..bytes.len()).max_by_key(|&i| bytes[i]).unwrap_or(0);
-        bytes[big] = bytes[big].saturating_sub(total - cache).max(min) / bs * bs;
+        if total <= cache || bytes.get(big).is_none_or(|&b| b <= min) {
+            break;
+        }
+        let take = (total - cache).div_ceil(bs) * bs;
+        bytes[big] = bytes[big].saturating_sub(take).max(min) / bs * bs;
     }
     bytes
 }
@@ -145,6 +152,13 @@ mod tests {
         // hot: 60 MiB, hot2 40, the other three the floor, taken from hot.
         assert_eq!(b, vec![54 * m, 40 * m, 2 * m, 2 * m, 2 * m]);
         assert!(b.iter().sum::<u64>() <= 100 * m);
+        // The floors add more than the largest slice can give.
+        let split: Vec<(String, u64)> = [("hot", 48), ("hot2", 36), ("cold", 1), ("scan", 75)]
+            .iter()
+            .map(|&(n, b)| (n.to_string(), b))
+            .collect();
+        let b = slice_bytes(&ws, &split, 10 * m, 65536, 2 * m);
+        assert_eq!(b, vec![2 * m; 5]);
     }
 
     #[test]

@@ -86,6 +86,15 @@ fn tiny_pool_reports_every_volume_shared_sliced_and_without_the_scanner() {
     for x in split {
         assert!(VOLUMES.contains(&x[0].as_str().unwrap()), "{sim}");
     }
+    // The measured best-split run: a slice per volume, within the cache.
+    let slices = sim["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), VOLUMES.len(), "{sim}");
+    let bytes: u64 = slices.iter().map(|x| x[1].as_u64().unwrap()).sum();
+    assert!(bytes <= 10 << 20, "{sim}");
+    assert!(
+        slices.iter().all(|x| x[1].as_u64().unwrap() >= 2 << 20),
+        "{sim}"
+    );
     for r in runs {
         let label = r["label"].as_str().unwrap();
         let names: Vec<&str> = r["volumes"]
