@@ -16,7 +16,11 @@ use std::path::Path;
 
 /// Runs the benchmark; `tiercache_exe` is the `tiercache` executable whose
 /// `serve` command provides every configuration but nbdkit's.
+/// With `--pool`, the pool benchmark instead (`pool.rs`).
 pub fn run(args: &BenchArgs, tiercache_exe: &Path) -> Result<()> {
+    if args.pool {
+        return crate::pool::run(args, tiercache_exe);
+    }
     let started = std::time::Instant::now();
     let st = Settings::resolve(args)?;
     if !procs::have("fio") {

@@ -91,6 +91,16 @@ pub struct BenchArgs {
     /// Keep the device files in WORK_DIR afterwards.
     #[arg(long)]
     pub keep_files: bool,
+    /// The pool benchmark instead: five volumes with different workloads
+    /// at once on one shared cache, against equal static slices and the
+    /// simulator's best static split, and without the scanner. Then
+    /// --data-size is each volume's size (default 256M), --cache-size the
+    /// shared cache's (default 64M), --runtime each measured run's after
+    /// a warm-up of half as long (default 20); --block-size, --policies
+    /// (the first), --modes (the first), --work-dir, --out-dir and
+    /// --keep-files apply, the other options do not.
+    #[arg(long)]
+    pub pool: bool,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {

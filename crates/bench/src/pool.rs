@@ -1,0 +1,429 @@
+//! `tiercache bench --pool`: one cache shared by several volumes against
+//! the same cache cut into equal static slices.
+//!
+//! Five volumes (see [`workloads`]), each an emulated HDD (`hdd:`) over a
+//! sparse file of `--data-size` bytes, run their fio jobs at once:
+//!
+//! 1. **shared**: one `tiercache serve --volume NAME=hdd:FILE ...` with one
+//!    cache file of `--cache-size` bytes; each job on its own export.
+//! 2. **equal static slices**: the cache file cut into one equal file per
+//!    volume, one `tiercache serve --backing hdd:FILE --cache SLICE` each.
+//! 3. **best static split**: as 2, the slices sized by the best static
+//!    split the simulator finds for synthetic requests shaped like the
+//!    jobs and weighted by the IOs each volume did in run 1 (see
+//!    `pool_sim.rs`), each at least 2 MiB.
+//! 4. **shared, scanner off**: as 1, without the scanner's job, to show
+//!    what the scanner costs the other volumes.
+//!
+//! Each run starts from blank cache files, warms up for half the runtime
+//! with the same jobs, then measures for `--runtime` seconds: fio's IOPS
+//! and p99 per job, and the server's per-volume counters (`tiercache stats
+//! --json`, its `volumes` list; a slice's server has one volume, its
+//! top-level counters) over the measured run only.
+
+use crate::files::{blank_device_file, sparse_file};
+use crate::pool_jobs::{job_file, run_jobs, workloads, JobMeasured, Workload};
+use crate::pool_report::{
+    self, PoolResults, PoolRun, PoolSettings, VolumeCounters, VolumeResult, BEST, NO_SCAN, SHARED,
+    SLICES,
+};
+use crate::pool_sim;
+use crate::procs::{self, CpuMeter, Server};
+use crate::progress::Progress;
+use crate::settings::BenchArgs;
+use crate::variant::variants;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Smallest cache slice: room for tiercache's metadata and some blocks.
+const MIN_SLICE: u64 = 2 << 20;
+
+/// Resolves the pool's sizes: `--data-size` is each volume's (default
+/// 256 MiB), `--cache-size` the shared cache's (default 64 MiB, a quarter
+/// of one volume per volume), `--runtime` each measured run's (default
+/// 20 s).
+pub fn settings(a: &BenchArgs, volumes: usize) -> Result<PoolSettings> {
+    const M: u64 = 1 << 20;
+    let bs = a.block_size;
+    if !(4096..=1 << 20).contains(&bs) || !bs.is_power_of_two() {
+        bail!("--block-size {bs} must be a power of two from 4k to 1M");
+    }
+    let volume = a.data_size.unwrap_or(256 * M) / bs * bs;
+    let cache = a.cache_size.unwrap_or(64 * M) / (volumes as u64 * bs) * (volumes as u64 * bs);
+    if volume < 1 << 20 {
+        bail!("--data-size (each volume's) must be at least 1 MiB");
+    }
+    if cache / (volumes as u64) < MIN_SLICE {
+        bail!(
+            "--cache-size must be at least {} ({} volumes, slices of at least 2 MiB)",
+            crate::report::fmt_bytes(volumes as u64 * MIN_SLICE),
+            volumes
+        );
+    }
+    let runtime = a.runtime.unwrap_or(20);
+    if runtime == 0 {
+        bail!("--runtime must be at least 1 second");
+    }
+    let v = &variants(a)[0];
+    let mut policy = v.policy.clone();
+    if let Some(adm) = &v.admission {
+        policy = format!("{policy}+{adm}");
+    }
+    Ok(PoolSettings {
+        volume_size: volume,
+        cache_size: cache,
+        block_size: bs,
+        runtime,
+        warmup: runtime.div_ceil(2),
+        policy,
+        mode: v.mode.clone(),
+    })
+}
+
+/// Runs the pool benchmark; `exe` is the `tiercache` executable.
+pub fn run(args: &BenchArgs, exe: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
+    let ws = workloads();
+    let st = settings(args, ws.len())?;
+    if !procs::have("fio") {
+        bail!("fio is not installed (run `make deps` or scripts/install-deps.sh)");
+    }
+    let work = args.work_dir.join("pool");
+    let out = args.out_dir.clone().unwrap_or_else(|| work.join("report"));
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let per_run = (st.runtime + st.warmup) as f64 + 3.0;
+    let mut prog = Progress::new(3.0 + 4.0 * per_run, 5);
+    prog.println(&format!(
+        "tiercache bench --pool: {} volumes of {}, one cache of {} (blocks of {}), {} s per run after {} s warm-up; work dir {}",
+        ws.len(),
+        crate::report::fmt_bytes(st.volume_size),
+        crate::report::fmt_bytes(st.cache_size),
+        crate::report::fmt_bytes(st.block_size),
+        st.runtime,
+        st.warmup,
+        work.display()
+    ));
+    prog.step("writing the volume files", 3.0);
+    let files: Vec<PathBuf> = ws
+        .iter()
+        .map(|w| work.join(format!("{}.img", w.name)))
+        .collect();
+    for f in &files {
+        sparse_file(f, st.volume_size)?;
+    }
+    let pool = Pool {
+        exe: exe.to_path_buf(),
+        work: work.clone(),
+        st: st.clone(),
+        ws: ws.clone(),
+        files: files.clone(),
+    };
+    let mut runs = Vec::new();
+    let mut notes = Vec::new();
+    let mut sim = None;
+    let n = ws.len() as u64;
+    let equal = vec![st.cache_size / n; ws.len()];
+    prog.step(SHARED, per_run);
+    record(&prog, &mut runs, &mut notes, SHARED, pool.shared(false));
+    prog.step(SLICES, per_run);
+    record(
+        &prog,
+        &mut runs,
+        &mut notes,
+        SLICES,
+        pool.slices(SLICES, &equal),
+    );
+    prog.step(BEST, per_run);
+    let shared_run = runs.iter().find(|r| r.label == SHARED).cloned();
+    match shared_run.map(|r| pool_sim::best_split(&ws, &st, &r)) {
+        Some(Ok(x)) => {
+            let bytes =
+                pool_sim::slice_bytes(&ws, &x.best_split, st.cache_size, st.block_size, MIN_SLICE);
+            let mut x = x;
+            x.slices = ws
+                .iter()
+                .map(|w| w.name.to_string())
+                .zip(bytes.iter().copied())
+                .collect();
+            sim = Some(x);
+            record(
+                &prog,
+                &mut runs,
+                &mut notes,
+                BEST,
+                pool.slices(BEST, &bytes),
+            );
+        }
+        Some(Err(e)) => {
+            record(&prog, &mut runs, &mut notes, BEST, Err(e));
+        }
+        None => {}
+    }
+    prog.step(NO_SCAN, per_run);
+    record(&prog, &mut runs, &mut notes, NO_SCAN, pool.shared(true));
+    prog.finish();
+    let results = PoolResults {
+        settings: st,
+        workloads: ws,
+        runs,
+        sim,
+        notes,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    };
+    let md = pool_report::write(&results, &out)?;
+    println!("{md}");
+    println!("report: {}", out.join("POOL-REPORT.md").display());
+    if !args.keep_files {
+        for f in files {
+            let _ = std::fs::remove_file(f);
+        }
+        for i in 0..results.workloads.len() {
+            let _ = std::fs::remove_file(work.join(format!("slice{i}.img")));
+        }
+        let _ = std::fs::remove_file(work.join("cache.img"));
+    }
+    if results.runs.len() < 3 {
+        bail!(
+            "{} of 3 runs failed; see {}",
+            3 - results.runs.len(),
+            out.join("POOL-REPORT.md").display()
+        );
+    }
+    Ok(())
+}
+
+/// Keeps a run's result, or notes its failure; prints either.
+fn record(
+    prog: &Progress,
+    runs: &mut Vec<PoolRun>,
+    notes: &mut Vec<String>,
+    label: &str,
+    r: Result<PoolRun>,
+) {
+    match r {
+        Ok(r) => {
+            let t = r.total();
+            prog.println(&format!(
+                "  {label}: {:.0} IOPS, hit ratio {}, worst p99 {}",
+                t.iops,
+                crate::report::fmt_ratio(t.hit_ratio()),
+                crate::report::fmt_lat(t.p99_ns)
+            ));
+            runs.push(r);
+        }
+        Err(e) => {
+            prog.println(&format!("  {label}: FAILED: {e:#}"));
+            notes.push(format!("{label}: failed: {e:#}"));
+        }
+    }
+}
+
+/// What each configuration needs.
+struct Pool {
+    exe: PathBuf,
+    work: PathBuf,
+    st: PoolSettings,
+    ws: Vec<Workload>,
+    /// Each volume's backing file, in workload order.
+    files: Vec<PathBuf>,
+}
+
+impl Pool {
+    /// The serve options every server shares (cache, policy, mode).
+    fn cache_args(&self, cache: &Path) -> Vec<String> {
+        let (policy, admission) = match self.st.policy.split_once('+') {
+            Some((p, a)) => (p.to_string(), Some(a.to_string())),
+            None => (self.st.policy.clone(), None),
+        };
+        let mut a = vec![
+            "--cache".into(),
+            cache.display().to_string(),
+            "--block-size".into(),
+            self.st.block_size.to_string(),
+            "--policy".into(),
+            policy,
+            "--mode".into(),
+            self.st.mode.clone(),
+        ];
+        if let Some(adm) = admission {
+            a.push("--admission".into());
+            a.push(adm);
+        }
+        a
+    }
+
+    /// One server for every volume, one cache file; without the
+    /// scanner's job if `no_scan` (its volume is served, idle).
+    fn shared(&self, no_scan: bool) -> Result<PoolRun> {
+        let label = if no_scan { NO_SCAN } else { SHARED };
+        let cache = self.work.join("cache.img");
+        blank_device_file(&cache, self.st.cache_size)?;
+        let mut args = Vec::new();
+        for (w, f) in self.ws.iter().zip(&self.files) {
+            args.push("--volume".to_string());
+            args.push(format!("{}=hdd:{}", w.name, f.display()));
+        }
+        args.extend(self.cache_args(&cache));
+        let s = Server::tiercache(&self.exe, &self.work, "shared", &args)?;
+        let jobs: Vec<&Workload> = self.ws.iter().filter(|w| !(no_scan && w.scanner)).collect();
+        let socket = s.socket.clone();
+        let uri = move |n: &str| format!("nbd+unix:///{n}?socket={}", socket.display());
+        let ctl = s
+            .control
+            .clone()
+            .context("the shared server has no control socket")?;
+        let stats = || -> Result<Vec<(String, VolumeCounters)>> {
+            let v = stats_json(&self.exe, &ctl)?;
+            let vols = v["volumes"]
+                .as_array()
+                .context("stats --json: no volumes list")?;
+            Ok(vols
+                .iter()
+                .map(|x| {
+                    let name = x["name"].as_str().unwrap_or("").to_string();
+                    (name, VolumeCounters::from_json(&x["stats"]["decisions"]))
+                })
+                .collect())
+        };
+        let pids: Vec<u32> = s.pid().into_iter().collect();
+        let (measured, before, after, others) = self.measure(&jobs, &uri, &pids, &stats)?;
+        s.stop()?;
+        finish(label, &jobs, &measured, &before, &after, others)
+    }
+
+    /// One server per volume, each with its own slice of the cache:
+    /// `bytes[i]` for volume `i`.
+    fn slices(&self, label: &str, bytes: &[u64]) -> Result<PoolRun> {
+        let mut servers = Vec::new();
+        for (i, (w, f)) in self.ws.iter().zip(&self.files).enumerate() {
+            let cache = self.work.join(format!("slice{i}.img"));
+            blank_device_file(&cache, bytes[i])?;
+            let mut args = vec!["--backing".to_string(), format!("hdd:{}", f.display())];
+            args.extend(self.cache_args(&cache));
+            let s = Server::tiercache(&self.exe, &self.work, &format!("slice-{}", w.name), &args)?;
+            servers.push((w.name, s));
+        }
+        let socks: Vec<(&str, PathBuf)> = servers
+            .iter()
+            .map(|(n, s)| (*n, s.socket.clone()))
+            .collect();
+        let uri = move |n: &str| {
+            let sock = &socks.iter().find(|x| x.0 == n).expect("a server per job").1;
+            format!("nbd+unix:///default?socket={}", sock.display())
+        };
+        let stats = || -> Result<Vec<(String, VolumeCounters)>> {
+            servers
+                .iter()
+                .map(|(n, s)| {
+                    let ctl = s
+                        .control
+                        .as_ref()
+                        .context("a slice server has no control socket")?;
+                    let v = stats_json(&self.exe, ctl)?;
+                    Ok((n.to_string(), VolumeCounters::from_json(&v["decisions"])))
+                })
+                .collect()
+        };
+        let jobs: Vec<&Workload> = self.ws.iter().collect();
+        let pids: Vec<u32> = servers.iter().filter_map(|(_, s)| s.pid()).collect();
+        let (measured, before, after, others) = self.measure(&jobs, &uri, &pids, &stats)?;
+        for (_, s) in servers {
+            s.stop()?;
+        }
+        finish(label, &jobs, &measured, &before, &after, others)
+    }
+
+    /// Warms up (half the runtime), then measures `jobs` with the
+    /// counters before and after and the CPU others used.
+    #[allow(clippy::type_complexity)]
+    fn measure(
+        &self,
+        jobs: &[&Workload],
+        uri: &dyn Fn(&str) -> String,
+        pids: &[u32],
+        stats: &dyn Fn() -> Result<Vec<(String, VolumeCounters)>>,
+    ) -> Result<(
+        Vec<(String, JobMeasured)>,
+        Vec<(String, VolumeCounters)>,
+        Vec<(String, VolumeCounters)>,
+        Option<f64>,
+    )> {
+        let size = self.st.volume_size;
+        let warm = job_file(jobs, size, self.st.warmup, uri);
+        run_jobs(&warm, &self.work.join("warmup.fio")).context("warming up")?;
+        let before = stats()?;
+        let meter = CpuMeter::start(pids);
+        let text = job_file(jobs, size, self.st.runtime, uri);
+        let measured = run_jobs(&text, &self.work.join("measured.fio"))?;
+        let others = meter.others_share(pids);
+        let after = stats()?;
+        Ok((measured, before, after, others))
+    }
+}
+
+/// Pairs each job's fio figures with its volume's counter deltas.
+fn finish(
+    label: &str,
+    jobs: &[&Workload],
+    measured: &[(String, JobMeasured)],
+    before: &[(String, VolumeCounters)],
+    after: &[(String, VolumeCounters)],
+    others: Option<f64>,
+) -> Result<PoolRun> {
+    let find = |v: &[(String, VolumeCounters)], n: &str| {
+        v.iter()
+            .find(|x| x.0 == n)
+            .map(|x| x.1)
+            .with_context(|| format!("no counters for volume {n}"))
+    };
+    let mut volumes = Vec::new();
+    for w in jobs {
+        let m = measured
+            .iter()
+            .find(|x| x.0 == w.name)
+            .with_context(|| format!("fio reported no job {}", w.name))?;
+        let d = find(after, w.name)?.since(&find(before, w.name)?);
+        volumes.push(VolumeResult::new(w.name, &m.1, &d));
+    }
+    Ok(PoolRun {
+        label: label.to_string(),
+        volumes,
+        others_cpu: others,
+    })
+}
+
+/// `tiercache stats --json --control CTL`.
+fn stats_json(exe: &Path, ctl: &Path) -> Result<serde_json::Value> {
+    let out = Command::new(exe)
+        .args(["stats", "--json", "--control"])
+        .arg(ctl)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "tiercache stats failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::parse_args;
+
+    #[test]
+    fn pool_sizes_and_limits() {
+        let s = settings(&parse_args(["x", "--pool"]), 5).unwrap();
+        assert_eq!((s.volume_size, s.runtime, s.warmup), (256 << 20, 20, 10));
+        // A whole number of blocks per slice.
+        assert_eq!(s.cache_size % (5 * 65536), 0);
+        assert!(s.cache_size <= 64 << 20 && s.cache_size > 63 << 20);
+        let a = parse_args(["x", "--pool", "--cache-size", "5M"]);
+        assert!(settings(&a, 5).is_err(), "slices under 2 MiB");
+        let a = parse_args(["x", "--pool", "--runtime", "3", "--policies", "lru"]);
+        let s = settings(&a, 5).unwrap();
+        assert_eq!((s.runtime, s.warmup, s.policy.as_str()), (3, 2, "lru"));
+    }
+}
