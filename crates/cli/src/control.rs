@@ -56,9 +56,9 @@ pub enum Request {
     DetachVolume {
         name: String,
     },
-    /// Records the requests served into a trace file (`crate::trace`),
+    /// Records the requests served into a trace file (`crate::recording`),
     /// with a progress line a second.
-    Trace(crate::trace::TraceRequest),
+    Trace(crate::recording::TraceRequest),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,7 +66,7 @@ pub enum Request {
 pub enum Reply {
     Progress { done: u64, total: u64 },
     Stats(Box<EngineStats>),
-    Traced(crate::trace::TraceSummary),
+    Traced(crate::recording::TraceSummary),
     Ok { message: String },
     Error { message: String },
 }
@@ -283,7 +283,7 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
                 },
             }
         }
-        Request::Trace(tr) => match crate::trace::record(&t.engine, &tr, |done, total| {
+        Request::Trace(tr) => match crate::recording::record(&t.engine, &tr, |done, total| {
             send(&mut w, &Reply::Progress { done, total }).is_ok()
         }) {
             Ok(summary) => {
@@ -460,7 +460,7 @@ mod tests {
                 cap: None,
             },
             Request::DetachVolume { name: "vm2".into() },
-            Request::Trace(crate::trace::TraceRequest {
+            Request::Trace(crate::recording::TraceRequest {
                 out: "/tmp/t.trace".into(),
                 volume: Some("vm2".into()),
                 seconds: 2.5,

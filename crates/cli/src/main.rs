@@ -4,6 +4,7 @@ mod control;
 mod devices;
 mod export;
 mod pool;
+mod recording;
 mod serve;
 mod sim;
 mod trace;

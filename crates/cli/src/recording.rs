@@ -1,0 +1,173 @@
+//! The server's side of `tiercache trace`: the control connection thread
+//! is the writer. It takes requests from the engine's recorder
+//! (`crates/engine/src/recorder.rs`: a bounded lock-free queue the IO path
+//! pushes into, never waiting), keeps the sampled blocks (SHARDS-style, by
+//! a hash of the block) and writes them zstd compressed to the file, at the
+//! absolute path the client gave. A client that goes away (Ctrl-C) ends the
+//! recording at the next progress line, with the file complete.
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tiercache_engine::{Engine, TracedOp};
+use tiercache_sim::trace::recorded::{
+    sampled_runs, RecordedHeader, RecordedOp, RecordedRequest, RecordedWriter,
+};
+
+/// The control request: what to record, where.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceRequest {
+    /// Absolute path of the file the server writes.
+    pub out: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    pub seconds: f64,
+    pub sample: f64,
+    pub buffer: usize,
+}
+
+/// What a recording did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceSummary {
+    pub out: PathBuf,
+    /// Seconds recorded.
+    pub seconds: f64,
+    /// Requests the server received and handed to the writer.
+    pub requests: u64,
+    /// Requests left out because the writer fell behind.
+    pub dropped: u64,
+    /// Records in the file (the sampled requests' pieces).
+    pub records: u64,
+    pub sample_rate: f64,
+    /// Size of the file.
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for TraceSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "recorded {} requests in {:.1} s ({} dropped), {} records at sample rate {} \
+             in {} ({} bytes)",
+            self.requests,
+            self.seconds,
+            self.dropped,
+            self.records,
+            self.sample_rate,
+            self.out.display(),
+            self.bytes
+        )
+    }
+}
+/// How long the writer sleeps when the queue is empty.
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+
+/// The server's side: records for `req.seconds` (or until `progress`,
+/// called about once a second with the seconds done and asked, returns
+/// `false`), writing the file.
+pub fn record(
+    engine: &Arc<Engine>,
+    req: &TraceRequest,
+    mut progress: impl FnMut(u64, u64) -> bool,
+) -> Result<TraceSummary> {
+    let names = engine.volume_names();
+    let volume = match &req.volume {
+        None => None,
+        Some(name) => Some(
+            names
+                .iter()
+                .find(|(_, n)| n == name)
+                .map(|(id, _)| *id)
+                .with_context(|| format!("no volume named {name:?} in this pool"))?,
+        ),
+    };
+    let header = RecordedHeader {
+        start_unix_ns: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+        block_bytes: engine.block_size(),
+        sample_threshold: RecordedHeader::threshold_of_rate(req.sample),
+        volumes: names
+            .iter()
+            .filter(|(id, _)| volume.map_or(true, |v| v == *id))
+            .map(|(id, n)| (id.0, n.clone()))
+            .collect(),
+    };
+    let file = std::fs::File::create(&req.out)
+        .with_context(|| format!("creating {}", req.out.display()))?;
+    let mut w = RecordedWriter::new(BufWriter::with_capacity(1 << 20, file), &header)?;
+    let rec = engine.start_recording(volume, req.buffer)?;
+    let total_s = req.seconds.ceil() as u64;
+    let asked = Duration::from_secs_f64(req.seconds);
+    let started = Instant::now();
+    let mut reported_s = 0;
+    let take = |w: &mut RecordedWriter<_>| -> Result<bool> {
+        let mut any = false;
+        while let Some(r) = rec.next_request() {
+            any = true;
+            let op = match r.op {
+                TracedOp::Read => RecordedOp::Read,
+                TracedOp::Write => RecordedOp::Write,
+                TracedOp::WriteZeroes => RecordedOp::WriteZeroes,
+                TracedOp::Trim => RecordedOp::Trim,
+            };
+            for (offset, len) in sampled_runs(
+                r.volume.0,
+                r.offset,
+                r.len,
+                header.block_bytes,
+                header.sample_threshold,
+            ) {
+                w.write(&RecordedRequest {
+                    time_ns: r.time_ns,
+                    volume: r.volume.0,
+                    op,
+                    offset,
+                    len,
+                })?;
+            }
+        }
+        Ok(any)
+    };
+    loop {
+        let busy = take(&mut w)?;
+        let elapsed = started.elapsed();
+        if elapsed >= asked {
+            break;
+        }
+        let whole_s = elapsed.as_secs();
+        if whole_s > reported_s {
+            reported_s = whole_s;
+            if !progress(whole_s, total_s) {
+                break;
+            }
+        }
+        if !busy {
+            std::thread::sleep(IDLE_WAIT);
+        }
+    }
+    rec.stop();
+    take(&mut w)?;
+    let duration_ns = rec.elapsed_ns();
+    let stats = rec.stats();
+    drop(rec);
+    let records = w.requests();
+    let mut out = w.finish(duration_ns, stats.dropped)?;
+    std::io::Write::flush(&mut out)?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    let bytes = file.metadata()?.len();
+    let _ = progress(total_s, total_s);
+    Ok(TraceSummary {
+        out: req.out.clone(),
+        seconds: duration_ns as f64 / 1e9,
+        requests: stats.requests,
+        dropped: stats.dropped,
+        records,
+        sample_rate: header.sample_rate(),
+        bytes,
+    })
+}
