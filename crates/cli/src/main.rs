@@ -66,7 +66,7 @@ enum Command {
         #[command(flatten)]
         control: ControlArgs,
     },
-    /// Add a volume to a running pool: NAME=BACKING[,share=SIZE][,cap=SIZE]
+    /// Add a volume to a running pool: `NAME=BACKING[,share=SIZE][,cap=SIZE]`
     /// (BACKING as for `serve --backing`); it is exported over NBD as NAME
     /// at once.
     Attach {
