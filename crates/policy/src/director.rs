@@ -464,6 +464,13 @@ impl Director {
         let full = self.replacement.len() >= self.replacement.capacity();
         let v = self.volumes.get(volume)?;
         let at_cap = v.share.limits.cap.is_some_and(|c| v.counters.resident >= c);
+        if full && self.utility_sharing && v.share.target == 0 {
+            // The split by utility gives this volume no space: whatever it
+            // would displace is worth more hits than it is. Not caching it
+            // is the split's own answer (its curve still learns from every
+            // reference, so a volume that heats up gets a target again).
+            return Some(None);
+        }
         let donor = if at_cap {
             volume
         } else if full {
