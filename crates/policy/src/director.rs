@@ -379,11 +379,14 @@ impl Director {
         self.steering = volumes >= 2 || limited;
     }
 
-    /// References over which the hit curves keep half their weight: about
-    /// one cache's worth, so a curve follows a change of workload within a
-    /// few turns of the cache.
+    /// References over which the hit curves keep half their weight: as
+    /// many as the curves reach in blocks ([`sharing::CURVE_REACH`] caches),
+    /// since a reuse distance of `n` blocks takes at least `n` references
+    /// to be seen; a shorter history would read every distance near the
+    /// reach as no reuse. The curves still follow a change of workload
+    /// within a few such spans.
     fn decay_len(&self) -> u64 {
-        (self.replacement.capacity() as u64).max(TARGET_EPOCH)
+        (sharing::CURVE_REACH * self.replacement.capacity() as u64).max(TARGET_EPOCH)
     }
 
     /// Sets every volume's target (see `sharing.rs`); without utility
@@ -403,9 +406,13 @@ impl Director {
     }
 
     /// Records a reference to `oblock` in its volume's hit curve, and ends
-    /// the epoch when it is due.
-    fn note_reference(&mut self, oblock: OriginBlock) {
-        if !self.steering {
+    /// the epoch when it is due. A bypassed reference (a sequential stream
+    /// past the cutoff) is not recorded: it never takes cache space, so
+    /// counting it would stretch the reuse distances of the blocks that do
+    /// (a rescanned stream's first cutoff's worth, kept and hit every pass,
+    /// would look like a loop too long to cache).
+    fn note_reference(&mut self, oblock: OriginBlock, bypass: bool) {
+        if !self.steering || bypass {
             return;
         }
         if self.utility_sharing {
@@ -748,7 +755,7 @@ impl Director {
     /// Plans one block of a read IO.
     pub fn plan_read(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) -> ReadPlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
-        self.note_reference(oblock);
+        self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
             if mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
@@ -795,7 +802,7 @@ impl Director {
         now: Time,
     ) -> WritePlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
-        self.note_reference(oblock);
+        self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
             let dirty = self.replacement.is_dirty(oblock);
