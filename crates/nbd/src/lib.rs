@@ -49,6 +49,7 @@ mod config;
 mod connection;
 pub mod handshake;
 mod hit_ring;
+pub mod kernel_client;
 mod listener;
 pub mod proto;
 mod replies;
@@ -64,7 +65,7 @@ mod wire;
 pub use config::{ServerConfig, TlsMode};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
 pub use listener::Listener;
-pub use server::{Exports, RunningServer, Server};
+pub use server::{Exports, LocalConnection, LocalConnector, RunningServer, Server};
 pub use shutdown::ShutdownHandle;
 /// The front-end contract, from `tiercache-frontend` (re-exported so that
 /// users of this crate alone need no second import).
