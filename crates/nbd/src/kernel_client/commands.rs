@@ -349,6 +349,39 @@ mod tests {
         );
     }
 
+    #[test]
+    fn numbers_are_the_kernels() {
+        // include/uapi/linux/nbd-netlink.h: the enums, in order.
+        assert_eq!(
+            [CMD_CONNECT, CMD_DISCONNECT, CMD_RECONFIGURE, CMD_STATUS],
+            [1, 2, 3, 5]
+        );
+        assert_eq!(
+            [
+                ATTR_INDEX,
+                ATTR_SIZE_BYTES,
+                ATTR_BLOCK_SIZE_BYTES,
+                ATTR_SERVER_FLAGS,
+                ATTR_SOCKETS,
+                ATTR_DEAD_CONN_TIMEOUT,
+                ATTR_DEVICE_LIST,
+                ATTR_BACKEND_IDENTIFIER
+            ],
+            [1, 2, 3, 5, 7, 8, 9, 10]
+        );
+        assert_eq!(
+            [
+                SOCK_ITEM,
+                SOCK_FD,
+                DEVICE_ITEM,
+                DEVICE_INDEX,
+                DEVICE_CONNECTED
+            ],
+            [1, 1, 1, 1, 2]
+        );
+        assert_eq!((FAMILY_NAME, VERSION), ("nbd", 1));
+    }
+
     /// STATUS's answer as nbd_genl_status builds it.
     fn status_answer(devices: &[(u32, u8)]) -> Vec<u8> {
         let mut r = Request::new(0x22, CMD_STATUS, VERSION, 1).begin_nested(ATTR_DEVICE_LIST);

@@ -362,3 +362,28 @@ fn watch(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn the_client_end_counts_as_closed_only_when_no_handle_is_left() {
+        let (client, server) = UnixStream::pair().unwrap();
+        assert!(!client_closed(&server));
+        // Another holder (the kernel, after RECONFIGURE) keeps it open.
+        let held = client.try_clone().unwrap();
+        drop(client);
+        assert!(!client_closed(&server));
+        // Data waiting is not end-of-file, and is not consumed.
+        (&held).write_all(b"x").unwrap();
+        assert!(!client_closed(&server));
+        drop(held);
+        // Closed everywhere: end-of-file at once, after the data.
+        let mut b = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &server, &mut b).unwrap(), 1);
+        assert!(client_closed(&server));
+    }
+}
