@@ -176,10 +176,16 @@ fn read_u64(path: &std::path::Path) -> io::Result<u64> {
         .map_err(|_| other(format!("{}: not a number: {text:?}", path.display())))
 }
 
-/// Sets the period of the requests' timer (see the module comment).
+/// Sets the period of the requests' timer (see the module comment), if
+/// it is not set already: the queue keeps it across configurations, and
+/// the kernel freezes the queue to write it (waiting for every request in
+/// flight), which a takeover should not wait for.
 fn set_requeue_check(cfg: &KernelDeviceConfig) {
     let path = sys_path(cfg.index, "queue/io_timeout");
-    let ms = cfg.requeue_check.as_millis().max(1000);
+    let ms = cfg.requeue_check.as_millis().max(1000) as u64;
+    if read_u64(&path).ok() == Some(ms) {
+        return;
+    }
     if let Err(e) = std::fs::write(&path, ms.to_string()) {
         log::warn!(
             "{}: {e}: requests held across a restart wait for the kernel's default timer (30 s)",
