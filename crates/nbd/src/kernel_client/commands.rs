@@ -9,7 +9,7 @@
 //! size, server flags and, if given, a dead-connection timeout: when every
 //! socket is dead, requests wait up to that long for RECONFIGURE to hand
 //! it a new one, instead of failing. RECONFIGURE replaces dead sockets only
-//! (and answers success when it found none: see [`super::device`] for how
+//! (and answers success when it found none: see [`super::KernelDevice`] for how
 //! that is told apart); a device connected with a backend identifier
 //! accepts it only with the same identifier. DISCONNECT sends NBD_CMD_DISC
 //! on every socket, shuts them down and fails what is left in flight.

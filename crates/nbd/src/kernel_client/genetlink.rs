@@ -2,7 +2,7 @@
 //! generic netlink header, attributes, nested attributes) and the decoders
 //! of what the kernel sends back (messages, attributes, error/ack codes).
 //! Pure functions over byte slices, so they are unit tested and fuzzed
-//! without a kernel; the socket is [`super::socket`].
+//! without a kernel; the socket is `socket.rs`.
 //!
 //! Layout (linux/netlink.h, linux/genetlink.h): every message is a 16-byte
 //! `nlmsghdr` (length, type, flags, sequence, port id; host byte order),
