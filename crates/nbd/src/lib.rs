@@ -29,6 +29,11 @@
 //! WRITE_ZEROES (NO_HOLE), DISC; simple and structured replies. Requests are
 //! pipelined and executed concurrently.
 //!
+//! [`kernel_client`] attaches an export to the kernel's NBD client as
+//! /dev/nbdN from inside the server (generic netlink, through a
+//! [`LocalConnector`] connection), so that the device outlives the server
+//! process: the next server takes it over (docs/RESTART.md).
+//!
 //! The wire parsing lives in [`proto`] as pure functions over byte slices
 //! (fuzzed by `crates/nbd/fuzz`), the negotiation in [`handshake`] is generic
 //! over `Read`/`Write`.
