@@ -39,38 +39,15 @@ fn a_pool_names_the_export_of_each_device() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("s.sock");
     let ctl = dir.path().join("s.ctl");
-    serve_fails_with(
-        &[
-            "--volume",
-            "a=mem:1M",
-            "--volume",
-            "b=mem:1M",
-            "--cache",
-            "mem:1M",
-            "--socket",
-            sock.to_str().unwrap(),
-            "--control",
-            ctl.to_str().unwrap(),
-            "--nbd-device",
-            "/dev/nbd0",
-        ],
+    let pool_with = |device: &str, expected: &str| {
+        let mut args = vec!["--volume", "a=mem:1M", "--volume", "b=mem:1M"];
+        args.extend(["--cache", "mem:1M", "--socket", sock.to_str().unwrap()]);
+        args.extend(["--control", ctl.to_str().unwrap(), "--nbd-device", device]);
+        serve_fails_with(&args, expected);
+    };
+    pool_with(
+        "/dev/nbd0",
         "a pool has several exports; give EXPORT=/dev/nbd0",
     );
-    serve_fails_with(
-        &[
-            "--volume",
-            "a=mem:1M",
-            "--volume",
-            "b=mem:1M",
-            "--cache",
-            "mem:1M",
-            "--socket",
-            sock.to_str().unwrap(),
-            "--control",
-            ctl.to_str().unwrap(),
-            "--nbd-device",
-            "c=/dev/nbd0",
-        ],
-        "no export \"c\"",
-    );
+    pool_with("c=/dev/nbd0", "no export \"c\"");
 }
