@@ -35,7 +35,7 @@ pub struct SequentialDetector {
     cutoff: u64,
     /// Allocated at the first IO observed with a cutoff (96 KiB), so an
     /// idle volume of a pool, or one without bypass, costs nothing.
-    table: Option<Box<[Stream; SLOTS]>>,
+    table: Option<Box<[Stream]>>,
 }
 
 const EMPTY_STREAM: Stream = Stream {
@@ -43,6 +43,16 @@ const EMPTY_STREAM: Stream = Stream {
     bytes: 0,
     last_used: Time::ZERO,
 };
+
+/// A fresh stream table, built on the heap: `Box::new([..; SLOTS])` would
+/// build it on the stack first, and the 96 KiB frame (probed page by page)
+/// would cost every caller of [`SequentialDetector::observe`] on every IO,
+/// allocating or not.
+#[cold]
+#[inline(never)]
+fn new_table() -> Box<[Stream]> {
+    vec![EMPTY_STREAM; SLOTS].into_boxed_slice()
+}
 
 fn slot_of(offset: u64) -> usize {
     ((offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % SLOTS
@@ -82,9 +92,7 @@ impl SequentialDetector {
         }
         let end = offset.saturating_add(len);
         let i = slot_of(offset);
-        let table = self
-            .table
-            .get_or_insert_with(|| Box::new([EMPTY_STREAM; SLOTS]));
+        let table = self.table.get_or_insert_with(new_table);
         let prev = table[i];
         let bytes = if prev.next_offset == offset
             && now.saturating_sub(prev.last_used) <= STREAM_TIMEOUT_NS
