@@ -8,7 +8,10 @@
 #   4. runs the guest tests: vmlab/guest/nbd.sh (kernel NBD client),
 #      vmlab/guest/ublk.sh (skipped while tiercache has no ublk front end)
 #      and vmlab/guest/ublk-restart.sh (the ublk device survives kill -9 and
-#      an upgrade of the server; prints each round's pause and restart time).
+#      an upgrade of the server; prints each round's pause and restart time)
+#      and vmlab/guest/ublk-pool.sh (a pool of volumes over ublk, one device
+#      each: isolation, per-volume stats, kill -9 and takeover, attach and
+#      detach, a failing backing device).
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features ublk").
@@ -66,6 +69,9 @@ disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 run_guest_test nbd --timeout 900 "${disks[@]}" vmlab/guest/nbd.sh
 run_guest_test ublk --timeout 900 "${disks[@]}" vmlab/guest/ublk.sh
 run_guest_test ublk-restart --timeout 900 "${disks[@]}" vmlab/guest/ublk-restart.sh
+# shellcheck disable=SC2054
+run_guest_test ublk-pool --timeout 900 --disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M \
+  --disk ssd=48M vmlab/guest/ublk-pool.sh
 
 echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
 printf '%s\n' "${summary[@]}"
