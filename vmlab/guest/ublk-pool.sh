@@ -149,6 +149,9 @@ for v in a b c; do
   readers+=($!)
 done
 sleep 1
+running=0
+for pid in "${readers[@]}"; do kill -0 "$pid" 2>/dev/null && running=$((running + 1)); done
+[ "$running" -gt 0 ] || fail "the readers finished before the kill: nothing was in flight"
 kill -9 "$TC_PID"
 wait "$TC_PID" 2>/dev/null || true
 start_server
@@ -158,9 +161,10 @@ for v in a b c; do
   grep -q "took over ${DEV[$v]} of volume $v from the previous server" "$LOG" || fail "${DEV[$v]} was not taken over"
 done
 grep "opened cache" "$LOG" | tail -n 1 | grep -q "after an unclean shutdown" || fail "no unclean shutdown seen after kill -9"
-for i in "${!readers[@]}"; do
-  wait "${readers[$i]}" || fail "a reader failed across the takeover"
+for pid in "${readers[@]}"; do
+  wait "$pid" || fail "a reader failed across the takeover"
 done
+step "$running of 3 readers were reading at the kill; each read its own data across the takeover"
 for v in a b c; do
   [ -s "/run/reader-$v" ] || fail "volume $v's reader did not finish"
   check_data "$v"
