@@ -32,7 +32,7 @@
 #
 # Environment (--env K=V): BENCH_RUNTIME (default 20), BENCH_WARMUP
 # (default 20), BENCH_ROUNDS (default 3), BENCH_CONFIGS ("bcache
-# tiercache tiercache-4k").
+# tiercache tiercache-4k", names separated by spaces or commas).
 # Caveat (as for anchors-bench.sh): under TCG every IO costs CPU time on
 # one host thread; the numbers rank the set-ups, their absolute values say
 # nothing about real hardware.
@@ -42,6 +42,7 @@ RUNTIME=${BENCH_RUNTIME:-20}
 WARMUP=${BENCH_WARMUP:-20}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONFIGS=${BENCH_CONFIGS:-bcache tiercache tiercache-4k}
+CONFIGS=${CONFIGS//,/ } # (commas too: ANCHORS_ENV splits on spaces)
 SSD=$(disk ssd)
 HDDS=()
 for i in $(seq 1 16); do
