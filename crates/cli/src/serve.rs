@@ -396,9 +396,14 @@ impl FrontEnd {
             let volumes = exports
                 .into_iter()
                 .map(|(name, export)| {
-                    let arg = s.volumes.iter().find(|v| v.name.as_ref() == Some(&name));
+                    // A single volume is served under its own name (none
+                    // for --backing), whatever the export is called.
+                    let arg = match s.volumes.as_slice() {
+                        [only] => Some(only),
+                        all => all.iter().find(|v| v.name.as_ref() == Some(&name)),
+                    };
                     crate::ublk::UblkVolume {
-                        name: s.volumes[0].name.as_ref().map(|_| name),
+                        name: arg.and_then(|v| v.name.clone()),
                         export,
                         id: arg.and_then(|v| v.ublk_id),
                     }

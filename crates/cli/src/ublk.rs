@@ -173,13 +173,13 @@ mod imp {
                 s.state_file.display()
             );
         }
+        // `--ublk-id` is the device of a single volume (refused for more).
+        let single_id = if volumes.len() == 1 { s.id } else { None };
         let mut devices = Vec::with_capacity(volumes.len());
         for v in volumes {
-            let id = match &v.name {
-                None => v.id.or(s.id),
-                Some(_) => v.id,
-            }
-            .or_else(|| recorded.of(v.name.as_deref()));
+            let id =
+                v.id.or(single_id)
+                    .or_else(|| recorded.of(v.name.as_deref()));
             match start_device(s, v.name.clone(), v.export, id) {
                 Ok(server) => devices.push(Device {
                     name: v.name,
