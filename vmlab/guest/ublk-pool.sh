@@ -57,6 +57,7 @@ declare -A PATTERN=([a]=0xa1a1a1a1 [b]=0xb2b2b2b2 [c]=0xc3c3c3c3 [d]=0xd4d4d4d4)
 declare -A DEV
 
 start_server() {
+  LOG_MARK=$(($(wc -l <"$LOG" 2>/dev/null || echo 0) + 1)) # where this server's lines start
   echo "=== tiercache serve $* ($(date +%T))" >>"$LOG"
   tiercache serve --cache "$SSD" --volume "a=$V1" --volume "b=$V2" --volume "c=$VC" \
     --mode writeback --admission always --sequential-cutoff 0 --writeback-target 0.9 \
@@ -71,12 +72,18 @@ start_server() {
   done
 }
 
-# devices_announced: DEV[name] from the server's last announcement; each
-# device exists and the state file names it for its volume.
+# devices_announced: DEV[name] from the last server's announcements (it
+# binds the control socket first, then announces); each device exists and
+# the state file names it for its volume.
 devices_announced() {
-  local v line
+  local v line i=0
+  while [ "$(tail -n +"$LOG_MARK" "$LOG" | grep -c "^tiercache: serving volume")" -lt 3 ]; do
+    i=$((i + 1))
+    [ "$i" -lt 300 ] || { tail -n 20 "$LOG"; fail "the server did not announce its 3 devices within 30 s"; }
+    sleep 0.1
+  done
   for v in a b c; do
-    line=$(grep -o "serving volume $v as /dev/ublkb[0-9]*" "$LOG" | tail -n 1)
+    line=$(tail -n +"$LOG_MARK" "$LOG" | grep -o "serving volume $v as /dev/ublkb[0-9]*" | tail -n 1)
     [ -n "$line" ] || { tail -n 20 "$LOG"; fail "volume $v: no device announced"; }
     DEV[$v]=${line##* }
     wait_for_path "${DEV[$v]}" 30
