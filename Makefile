@@ -5,7 +5,7 @@
 
 CARGO ?= cargo
 
-.PHONY: run test deps lint unit python fuzz vmlab anchors
+.PHONY: run test deps lint unit python fuzz vmlab anchors anchors-pool
 
 run: deps
 	$(CARGO) run --release -p tiercache -- bench
@@ -44,3 +44,9 @@ vmlab:
 # side by side in one qemu guest, with plots (about 25 minutes).
 anchors:
 	CARGO="$(CARGO)" ./vmlab/anchors.sh
+
+# A benchmark, not a test: a pool of 4 volumes on throttled HDDs behind one
+# SSD, bcache (one cache set) against tiercache over ublk (one pool), three
+# interleaved rounds (about 15 minutes; docs/BENCHMARKS.md).
+anchors-pool:
+	CARGO="$(CARGO)" ./vmlab/anchors.sh --pool

@@ -13,8 +13,19 @@
 #   console.log              the guest's console
 # Environment for the guest script: ANCHORS_ENV="BENCH_RUNTIME=30 ..."
 # (see vmlab/guest/anchors-bench.sh).
+#
+# vmlab/anchors.sh --pool (`make anchors-pool`): the pool bench instead
+# (vmlab/guest/pool-bench.sh): 4 volumes on HDDs throttled to 300 IOPS
+# behind one 256 MiB SSD, bcache (one cache set) against tiercache over ublk
+# (one pool), 3 hot Zipf readers and a sequential scanner, interleaved
+# rounds. Output: $ANCHORS_OUT (default ${CARGO_TARGET_DIR:-target}/vmlab/
+# anchors-pool): results/pool-bench.md (the table), results/pool-bench/
+# (fio reports, cache statistics), console.log. ANCHORS_ENV as above
+# (BENCH_ROUNDS, BENCH_RUNTIME, BENCH_WARMUP).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+pool=0
+[ "${1:-}" = --pool ] && pool=1
 repo="$(pwd)"
 CARGO="${CARGO:-cargo}"
 ./scripts/install-vmlab-deps.sh
@@ -25,9 +36,18 @@ $CARGO build --release -p tiercache
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$repo/$target" ;; esac
 export VMLAB_TIERCACHE="$target/release/tiercache"
-out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 envs=()
 for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
+if [ "$pool" = 1 ]; then
+  out="${ANCHORS_OUT:-$target/vmlab/anchors-pool}"
+  # shellcheck disable=SC2054 # (commas inside one --disk argument)
+  ./vmlab/run.sh --out "$out" --timeout 3600 --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
+    --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M "${envs[@]}" vmlab/guest/pool-bench.sh
+  echo
+  cat "$out/results/pool-bench.md"
+  exit 0
+fi
+out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 # shellcheck disable=SC2054 # (commas inside one --disk argument)
 bins=()
 case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac

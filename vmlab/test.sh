@@ -10,7 +10,9 @@
 #      vmlab/guest/ublk-restart.sh and vmlab/guest/nbd-restart.sh (the ublk
 #      device, and the kernel NBD device the server configures itself,
 #      survive kill -9 and an upgrade of the server; each prints its rounds'
-#      pause and restart time).
+#      pause and restart time), and vmlab/guest/ublk-pool.sh (a pool of
+#      volumes over ublk, one device each: isolation, per-volume stats,
+#      kill -9 and takeover, attach and detach, a failing backing device).
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features ublk").
@@ -69,6 +71,9 @@ run_guest_test nbd --timeout 900 "${disks[@]}" vmlab/guest/nbd.sh
 run_guest_test ublk --timeout 900 "${disks[@]}" vmlab/guest/ublk.sh
 run_guest_test ublk-restart --timeout 900 "${disks[@]}" vmlab/guest/ublk-restart.sh
 run_guest_test nbd-restart --timeout 900 "${disks[@]}" vmlab/guest/nbd-restart.sh
+# shellcheck disable=SC2054
+run_guest_test ublk-pool --timeout 900 --disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M \
+  --disk ssd=48M vmlab/guest/ublk-pool.sh
 
 echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
 printf '%s\n' "${summary[@]}"

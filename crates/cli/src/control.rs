@@ -42,6 +42,9 @@ pub enum Request {
         /// Bytes of the cache it may hold at most.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cap: Option<u64>,
+        /// Over ublk: the N of its /dev/ublkbN (None: the kernel picks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ublk_id: Option<u32>,
     },
     /// Sets a pool volume's guaranteed share and cap of the cache (bytes;
     /// no cap: none).
@@ -72,21 +75,23 @@ pub enum Reply {
 }
 
 /// How the running service adds and removes a pool's volumes (the front
-/// end's part: the export).
+/// end's part: the export, an NBD export or a /dev/ublkbN).
 pub trait PoolControl: Send + Sync {
-    /// Opens `backing`, attaches it to the engine as `name` and exports it;
-    /// returns where it is served.
-    fn attach(&self, name: &str, backing: &str) -> Result<String>;
-    /// Stops exporting `name` (connections already on it get errors once
-    /// it is detached).
+    /// Opens `backing`, attaches it to the engine as `name` and exports it
+    /// (over ublk as device `ublk_id`, if given); returns where it is
+    /// served.
+    fn attach(&self, name: &str, backing: &str, ublk_id: Option<u32>) -> Result<String>;
+    /// Stops exporting `name` before its detach: over NBD no new
+    /// connections (those already on it get errors once it is detached);
+    /// over ublk its device is deleted once its requests in flight finish.
     fn unexport(&self, name: &str);
 }
 
 /// What the control server needs from the running service.
 pub struct ControlTarget {
     pub engine: Arc<Engine>,
-    /// The pool's attach and detach; `None` where the front end cannot
-    /// change (ublk, a server without a cache).
+    /// The pool's attach and detach; `None` where the pool cannot change
+    /// (a server without a cache).
     pub pool: Option<Box<dyn PoolControl>>,
     /// Set when a detach completed: the server should stop.
     pub detached: Arc<AtomicBool>,
@@ -245,11 +250,12 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
             backing,
             share,
             cap,
+            ublk_id,
         } => match &t.pool {
             None => Reply::Error {
-                message: "this server cannot attach volumes (ublk serves one volume)".into(),
+                message: "this server cannot attach volumes (it serves without a cache)".into(),
             },
-            Some(p) => match p.attach(&name, &backing).and_then(|m| {
+            Some(p) => match p.attach(&name, &backing, ublk_id).and_then(|m| {
                 if share.is_some() || cap.is_some() {
                     let limits = set_limits(&t.engine, &name, share.unwrap_or(0), cap)?;
                     Ok(format!("{m}; {limits}"))
@@ -453,6 +459,14 @@ mod tests {
                 backing: "/dev/sdc".into(),
                 share: None,
                 cap: Some(1 << 30),
+                ublk_id: None,
+            },
+            Request::Attach {
+                name: "vm3".into(),
+                backing: "/dev/sdd".into(),
+                share: None,
+                cap: None,
+                ublk_id: Some(7),
             },
             Request::SetLimits {
                 volume: "vm2".into(),

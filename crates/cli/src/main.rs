@@ -10,6 +10,7 @@ mod serve;
 mod sim;
 mod trace;
 mod ublk;
+mod ublk_pool;
 mod upgrade;
 
 use anyhow::{bail, Context, Result};
@@ -211,7 +212,9 @@ struct ServeArgs {
     backing: Option<String>,
     /// A volume of a pool: NAME=BACKING (BACKING as for --backing), given
     /// once per volume instead of --backing. One cache serves them all,
-    /// each its own NBD export named NAME.
+    /// each its own NBD export named NAME (with --ublk: its own
+    /// /dev/ublkbN). Options after the backing device: `,share=SIZE`,
+    /// `,cap=SIZE`, `,ublk-id=N` (the N of its /dev/ublkbN).
     #[arg(long = "volume", value_name = "NAME=BACKING")]
     volumes: Vec<String>,
     /// Cache (fast) device, same syntax as --backing. Without one, the
@@ -361,10 +364,12 @@ pub struct VolumeArg {
     pub share: Option<u64>,
     /// Bytes of the cache it may hold at most (`cap=SIZE`).
     pub cap: Option<u64>,
+    /// With `--ublk`: the N of its /dev/ublkbN (`ublk-id=N`).
+    pub ublk_id: Option<u32>,
 }
 
 impl VolumeArg {
-    /// Parses `NAME=BACKING[,share=SIZE][,cap=SIZE]`.
+    /// Parses `NAME=BACKING[,share=SIZE][,cap=SIZE][,ublk-id=N]`.
     fn parse(s: &str) -> Result<VolumeArg> {
         let Some((name, rest)) = s.split_once('=') else {
             bail!("--volume {s:?}: give NAME=BACKING, e.g. --volume vm1=/dev/sdb");
@@ -376,16 +381,23 @@ impl VolumeArg {
         if spec.is_empty() {
             bail!("--volume {s:?}: no backing device after '='");
         }
-        let (mut share, mut cap) = (None, None);
+        let (mut share, mut cap, mut ublk_id) = (None, None, None);
         for part in parts {
             let (key, value) = part.split_once('=').unwrap_or((part, ""));
+            if key == "ublk-id" {
+                let id = value.parse::<u32>().map_err(|e| {
+                    anyhow::anyhow!("--volume {s:?}: ublk-id={value}: {e} (give a device number)")
+                })?;
+                ublk_id = Some(id);
+                continue;
+            }
             let bytes = parse_size(value)
                 .map_err(|e| anyhow::anyhow!("--volume {s:?}: {key}={value}: {e}"))?;
             match key {
                 "share" => share = Some(bytes),
                 "cap" => cap = Some(bytes),
                 _ => {
-                    bail!("--volume {s:?}: unknown option {part:?} (options: share=SIZE, cap=SIZE)")
+                    bail!("--volume {s:?}: unknown option {part:?} (options: share=SIZE, cap=SIZE, ublk-id=N)")
                 }
             }
         }
@@ -394,6 +406,7 @@ impl VolumeArg {
             spec: spec.to_string(),
             share,
             cap,
+            ublk_id,
         })
     }
 }
@@ -462,6 +475,7 @@ impl ServeArgs {
                 spec,
                 share: None,
                 cap: None,
+                ublk_id: None,
             }],
             (None, false) => named
                 .iter()
@@ -535,6 +549,22 @@ impl ServeArgs {
             .collect::<Result<_>>()?;
         if ublk && !nbd_devices.is_empty() {
             bail!("--nbd-device serves an NBD export; it does not go with --ublk");
+        }
+        if !ublk && volumes.iter().any(|v| v.ublk_id.is_some()) {
+            bail!("--volume ...,ublk-id=N goes with --ublk");
+        }
+        if volumes.len() > 1 && self.ublk_id.or(file.ublk_id).is_some() {
+            bail!(
+                "--ublk-id names the device of a single volume; in a pool give each volume its \
+                 own: --volume NAME=BACKING,ublk-id=N"
+            );
+        }
+        for (i, v) in volumes.iter().enumerate() {
+            if let Some(id) = v.ublk_id {
+                if volumes[..i].iter().any(|w| w.ublk_id == Some(id)) {
+                    bail!("ublk-id={id} is given to two volumes");
+                }
+            }
         }
         let tls = serve::TlsSettings::resolve(
             serve::TlsFlags {
@@ -803,6 +833,7 @@ fn main() {
                 backing: v.spec,
                 share: v.share,
                 cap: v.cap,
+                ublk_id: v.ublk_id,
             };
             control_call(&control, req, "attach")
         }),

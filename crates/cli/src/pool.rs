@@ -22,7 +22,10 @@ pub struct NbdPool {
 }
 
 impl PoolControl for NbdPool {
-    fn attach(&self, name: &str, backing: &str) -> Result<String> {
+    fn attach(&self, name: &str, backing: &str, ublk_id: Option<u32>) -> Result<String> {
+        if ublk_id.is_some() {
+            anyhow::bail!("ublk-id= is for a server serving over ublk (--ublk)");
+        }
         crate::devices::ensure_distinct(backing, &self.cache)?;
         let device = crate::devices::open(backing).context("backing device")?;
         let size = device.size();

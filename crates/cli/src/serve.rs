@@ -98,12 +98,6 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     if s.ublk.is_some() {
         crate::ublk::check_available()?;
     }
-    if s.ublk.is_some() && s.volumes.len() > 1 {
-        bail!(
-            "--ublk serves one volume per server today; serve a pool over NBD (one export per \
-             volume), or one server per volume over ublk"
-        );
-    }
     if let Some(cache_spec) = &s.cache {
         for v in &s.volumes {
             crate::devices::ensure_distinct(&v.spec, cache_spec)?;
@@ -258,7 +252,13 @@ pub fn run(s: &ServeSettings) -> Result<()> {
                     mode: s.mode,
                     sequential_cutoff: s.sequential_cutoff,
                 })),
-                FrontEnd::Ublk(_) => None,
+                FrontEnd::Ublk(devices) => Some(Box::new(crate::ublk_pool::UblkPool {
+                    engine: engine.clone(),
+                    devices: devices.clone(),
+                    cache: cache_spec.clone(),
+                    mode: s.mode,
+                    sequential_cutoff: s.sequential_cutoff,
+                })),
             },
             detached: detached.clone(),
             on_detach: Box::new(move || stop2.store(true, Ordering::SeqCst)),
@@ -376,11 +376,11 @@ fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
     })
 }
 
-/// What serves the export: the NBD server (and the kernel NBD devices it
-/// configured, `--nbd-device`), or a ublk device (`--ublk`).
+/// What serves the exports: the NBD server (and the kernel NBD devices it
+/// configured, `--nbd-device`), or a ublk device per volume (`--ublk`).
 enum FrontEnd {
     Nbd(RunningServer, KernelDevices),
-    Ublk(crate::ublk::UblkFrontEnd),
+    Ublk(Arc<crate::ublk::UblkFrontEnd>),
 }
 
 impl FrontEnd {
@@ -392,21 +392,34 @@ impl FrontEnd {
         Self::start_many(s, vec![(s.name.clone(), export)], device_spec)
     }
 
-    /// Serves `exports` (name, export): over NBD all of them, each under
-    /// its name, and the `--nbd-device`s (identified by `device_spec`,
-    /// the cache, or the backing device when uncached); over ublk the one
-    /// there must be.
+    /// Serves `exports` (name, export): over NBD each under its name, and
+    /// the `--nbd-device`s (identified by `device_spec`, the cache, or the
+    /// backing device when uncached); over ublk each as its own device
+    /// (the volume of a pool of one given by `--backing` as the unnamed
+    /// one, `--ublk-id`).
     fn start_many(
         s: &ServeSettings,
-        mut exports: Vec<(String, Arc<dyn tiercache_frontend::Export>)>,
+        exports: Vec<(String, Arc<dyn tiercache_frontend::Export>)>,
         device_spec: &str,
     ) -> Result<FrontEnd> {
         if let Some(u) = &s.ublk {
-            if exports.len() != 1 {
-                bail!("--ublk serves exactly one volume");
-            }
-            let (_, export) = exports.remove(0);
-            return Ok(FrontEnd::Ublk(crate::ublk::start(u, export)?));
+            let volumes = exports
+                .into_iter()
+                .map(|(name, export)| {
+                    // A single volume is served under its own name (none
+                    // for --backing), whatever the export is called.
+                    let arg = match s.volumes.as_slice() {
+                        [only] => Some(only),
+                        all => all.iter().find(|v| v.name.as_ref() == Some(&name)),
+                    };
+                    crate::ublk::UblkVolume {
+                        name: arg.and_then(|v| v.name.clone()),
+                        export,
+                        id: arg.and_then(|v| v.ublk_id),
+                    }
+                })
+                .collect();
+            return Ok(FrontEnd::Ublk(crate::ublk::start(u, volumes)?));
         }
         let listener = bind_nbd(s)?;
         let names: Vec<String> = exports.iter().map(|(name, _)| name.clone()).collect();
@@ -456,12 +469,17 @@ impl FrontEnd {
         }
     }
 
-    /// What the user sees served (the device path, or "the NBD export").
+    /// What the user sees served (the device paths, or "the NBD export").
     fn device_name(&self) -> String {
         match self {
             FrontEnd::Nbd(_, devices) if devices.any() => devices.names(),
             FrontEnd::Nbd(..) => "the NBD export".to_string(),
-            FrontEnd::Ublk(u) => u.device_path().display().to_string(),
+            FrontEnd::Ublk(u) => u
+                .device_paths()
+                .iter()
+                .map(|(_, path)| path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 
@@ -526,11 +544,20 @@ fn log_serving(
 
 fn announce(s: &ServeSettings, front: &FrontEnd) {
     if let FrontEnd::Ublk(u) = front {
-        println!(
-            "tiercache: serving {}  (control: {})",
-            u.device_path().display(),
-            s.control.display()
-        );
+        for (name, path) in u.device_paths() {
+            match name {
+                None => println!(
+                    "tiercache: serving {}  (control: {})",
+                    path.display(),
+                    s.control.display()
+                ),
+                Some(name) => println!(
+                    "tiercache: serving volume {name} as {}  (control: {})",
+                    path.display(),
+                    s.control.display()
+                ),
+            }
+        }
         return;
     }
     let names: Vec<String> = match s.volumes[0].name {

@@ -1,11 +1,16 @@
-//! `serve --ublk`: the export as `/dev/ublkbN` instead of an NBD socket
-//! (crates/ublk; behind the cargo feature `ublk`, on by default).
+//! `serve --ublk`: every volume of the pool as its own `/dev/ublkbN`
+//! instead of an NBD export (crates/ublk; behind the cargo feature `ublk`,
+//! on by default). All the devices are served by this one process and its
+//! one engine; each device has its own queues and worker threads.
 //!
-//! The device outlives the server (user recovery, docs/RESTART.md): its
-//! number is recorded in a state file next to the control socket, so the
-//! next `serve` with the same control socket finds a device left waiting
-//! and takes it over. A plain stop deletes the device and the file; a
-//! hand-over ([`UblkFrontEnd::hand_over`]) and a crash leave both.
+//! The devices outlive the server (user recovery, docs/RESTART.md): which
+//! device serves which volume is recorded in a state file next to the
+//! control socket ([`state_file`], [`DeviceIds`]), so the next `serve`
+//! with the same control socket takes each volume's device over, never
+//! another volume's. A plain stop deletes the devices and the file; a
+//! hand-over ([`UblkFrontEnd::hand_over`]) and a crash leave both. Online
+//! attach adds a device and detach deletes one ([`crate::ublk_pool`]); the
+//! file is rewritten after each.
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -15,51 +20,122 @@ use tiercache_frontend::Export;
 /// `--ublk-queues`, `--ublk-depth`, `--ublk-id` (None: the defaults of
 /// `tiercache_ublk::UblkConfig`, i.e. CPUs up to 4 queues, depth 64, the
 /// device number in `state_file`, else one the kernel picks),
-/// `--ublk-no-recovery` (`recovery` false).
+/// `--ublk-no-recovery` (`recovery` false). The same for every device of
+/// a pool, but `id`, which is for a pool of one (a pool's volumes give
+/// theirs in [`UblkVolume::id`]).
 #[derive(Debug, Clone, Default)]
 pub struct UblkSettings {
     pub queues: Option<u16>,
     pub depth: Option<u16>,
     pub id: Option<u32>,
     pub recovery: bool,
-    /// Holds the device number of the last device served for this control
+    /// Holds the device numbers of the devices served for this control
     /// socket (see [`state_file`]).
     pub state_file: PathBuf,
 }
 
+/// One volume to serve as a device.
+pub struct UblkVolume {
+    /// The volume's name in the pool; None for the volume of a pool of one
+    /// given by `--backing` (its state file is the bare number it always
+    /// was).
+    pub name: Option<String>,
+    pub export: Arc<dyn Export>,
+    /// The N of /dev/ublkbN asked for (None: the one recorded for this
+    /// volume, else one the kernel picks).
+    pub id: Option<u32>,
+}
+
 /// The state file of the server whose control socket is `control`:
-/// `<control without extension>.ublk-id`, one line with N of /dev/ublkbN.
+/// `<control without extension>.ublk-id`.
 pub fn state_file(control: &Path) -> PathBuf {
     control.with_extension("ublk-id")
 }
 
-/// The device number recorded in `file`, if any.
-#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
-fn recorded_id(file: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(file).ok()?;
-    match text.trim().parse() {
-        Ok(id) => Some(id),
-        Err(_) => {
-            log::warn!("ignoring {}: not a device number", file.display());
-            None
+/// Which device serves which volume, as the state file holds it: a pool of
+/// one given by `--backing` is one line with N of /dev/ublkbN (the format
+/// of a single device, kept); named volumes are one line `NAME N` each.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceIds(Vec<(Option<String>, u32)>);
+
+impl DeviceIds {
+    /// Reads `file`; an absent or unreadable file is empty, a line that is
+    /// neither form is ignored with a warning.
+    #[cfg_attr(not(feature = "ublk"), allow(dead_code))]
+    pub fn read(file: &Path) -> DeviceIds {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            return DeviceIds::default();
+        };
+        DeviceIds::parse(&text, file)
+    }
+
+    fn parse(text: &str, file: &Path) -> DeviceIds {
+        let mut ids = Vec::new();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let parsed = match line.split_once(char::is_whitespace) {
+                None => line.parse().ok().map(|id| (None, id)),
+                Some((name, id)) => id
+                    .trim()
+                    .parse()
+                    .ok()
+                    .map(|id| (Some(name.to_string()), id)),
+            };
+            match parsed {
+                Some(entry) => ids.push(entry),
+                None => log::warn!(
+                    "ignoring {:?} in {}: not a device number",
+                    line,
+                    file.display()
+                ),
+            }
         }
+        DeviceIds(ids)
+    }
+
+    /// The device recorded for volume `name` (None: the volume of a pool
+    /// of one).
+    pub fn of(&self, name: Option<&str>) -> Option<u32> {
+        self.0
+            .iter()
+            .find(|(n, _)| n.as_deref() == name)
+            .map(|(_, id)| *id)
+    }
+
+    /// The recorded devices of volumes not in `names`.
+    #[cfg_attr(not(feature = "ublk"), allow(dead_code))]
+    pub fn others<'a>(&'a self, names: &'a [Option<String>]) -> impl Iterator<Item = u32> + 'a {
+        self.0
+            .iter()
+            .filter(|(n, _)| !names.contains(n))
+            .map(|(_, id)| *id)
+    }
+
+    fn render(&self) -> String {
+        self.0
+            .iter()
+            .map(|(name, id)| match name {
+                None => format!("{id}\n"),
+                Some(name) => format!("{name} {id}\n"),
+            })
+            .collect()
+    }
+
+    /// Writes the file aside, then renames it into place.
+    #[cfg_attr(not(feature = "ublk"), allow(dead_code))]
+    pub fn write(&self, file: &Path) -> std::io::Result<()> {
+        let tmp = file.with_extension("ublk-id.tmp");
+        std::fs::write(&tmp, self.render())?;
+        std::fs::rename(&tmp, file)
     }
 }
 
-/// Records `id` in `file` (written aside, then renamed).
-#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
-fn record_id(file: &Path, id: u32) -> std::io::Result<()> {
-    let tmp = file.with_extension("ublk-id.tmp");
-    std::fs::write(&tmp, format!("{id}\n"))?;
-    std::fs::rename(&tmp, file)
-}
-
-/// A running ublk device.
+/// The running ublk devices, one per volume. Shared by the main loop
+/// (stop, hand-over) and the control socket (attach, detach).
 pub struct UblkFrontEnd {
     #[cfg(feature = "ublk")]
-    server: tiercache_ublk::UblkServer,
+    devices: std::sync::Mutex<Vec<imp::Device>>,
     #[cfg(feature = "ublk")]
-    state_file: PathBuf,
+    settings: UblkSettings,
 }
 
 #[cfg(feature = "ublk")]
@@ -67,28 +143,104 @@ mod imp {
     use super::*;
     use anyhow::Context;
 
+    /// One volume's device.
+    pub(super) struct Device {
+        pub(super) name: Option<String>,
+        pub(super) server: tiercache_ublk::UblkServer,
+    }
+
     /// Fails early, before any device is opened, when the kernel has no
     /// ublk or this process may not use it.
     pub fn check_available() -> Result<()> {
         Ok(tiercache_ublk::check_kernel_support()?)
     }
 
-    pub fn start(s: &UblkSettings, export: Arc<dyn Export>) -> Result<UblkFrontEnd> {
+    /// Serves every volume as its own device, in order; a device recorded
+    /// for a volume (or asked for) that a dead server left waiting is taken
+    /// over. If one fails, those started are undone: a device taken over
+    /// is left waiting again (handed over), a new one deleted, and the
+    /// state file is left as it was.
+    pub fn start(s: &UblkSettings, volumes: Vec<UblkVolume>) -> Result<Arc<UblkFrontEnd>> {
+        if let Some(dir) = s.state_file.parent() {
+            crate::control::socket_dir(dir)?;
+        }
+        let recorded = DeviceIds::read(&s.state_file);
+        let names: Vec<Option<String>> = volumes.iter().map(|v| v.name.clone()).collect();
+        for id in recorded.others(&names) {
+            log::warn!(
+                "{} records /dev/ublkb{id} for a volume this server does not serve; it is left \
+                 as it is (if it waits for a server, serve that volume again, or delete it)",
+                s.state_file.display()
+            );
+        }
+        // `--ublk-id` is the device of a single volume (refused for more).
+        let single_id = if volumes.len() == 1 { s.id } else { None };
+        let mut devices = Vec::with_capacity(volumes.len());
+        for v in volumes {
+            let id =
+                v.id.or(single_id)
+                    .or_else(|| recorded.of(v.name.as_deref()));
+            match start_device(s, v.name.clone(), v.export, id) {
+                Ok(server) => devices.push(Device {
+                    name: v.name,
+                    server,
+                }),
+                Err(e) => {
+                    for d in devices {
+                        undo(d.server);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        record(&devices, &s.state_file).with_context(|| {
+            format!("recording the device numbers in {}", s.state_file.display())
+        })?;
+        Ok(Arc::new(UblkFrontEnd {
+            devices: std::sync::Mutex::new(devices),
+            settings: s.clone(),
+        }))
+    }
+
+    /// Undoes a device started by a `start` that failed later.
+    fn undo(server: tiercache_ublk::UblkServer) {
+        let path = server.device_path();
+        let undone = if server.recovered() {
+            server.hand_over()
+        } else {
+            server.stop()
+        };
+        if let Err(e) = undone {
+            log::warn!("{}: {e}", path.display());
+        }
+    }
+
+    /// Starts one volume's device (or takes it over) and logs it.
+    fn start_device(
+        s: &UblkSettings,
+        name: Option<String>,
+        export: Arc<dyn Export>,
+        id: Option<u32>,
+    ) -> Result<tiercache_ublk::UblkServer> {
         let defaults = tiercache_ublk::UblkConfig::default();
         let cfg = tiercache_ublk::UblkConfig {
             queues: s.queues.unwrap_or(defaults.queues),
             depth: s.depth.unwrap_or(defaults.depth),
-            dev_id: s.id.or_else(|| recorded_id(&s.state_file)),
+            dev_id: id,
             recovery: s.recovery,
             ..defaults
         };
+        let what = name
+            .as_deref()
+            .map_or(String::new(), |n| format!(" of volume {n}"));
         let t0 = std::time::Instant::now();
-        let server =
-            tiercache_ublk::UblkServer::start(export, &cfg).context("starting the ublk device")?;
+        let server = tiercache_ublk::UblkServer::start(export, &cfg)
+            .with_context(|| format!("starting the ublk device{what}"))?;
         let g = server.geometry();
+        let path = server.device_path();
         log::info!(
-            "ublk: {} with {} queues of depth {}, {}-byte logical blocks, IO up to {} KiB{}",
-            server.device_path().display(),
+            "ublk: {}{what} with {} queues of depth {}, {}-byte logical blocks, IO up to {} KiB{}",
+            path.display(),
             cfg.queues,
             cfg.depth,
             g.logical_block,
@@ -101,51 +253,123 @@ mod imp {
         );
         if server.recovered() {
             log::info!(
-                "ublk: took over {} from the previous server in {} ms",
-                server.device_path().display(),
+                "ublk: took over {}{what} from the previous server in {} ms",
+                path.display(),
                 t0.elapsed().as_millis()
             );
         }
-        if let Some(dir) = s.state_file.parent() {
-            crate::control::socket_dir(dir)?;
-        }
-        record_id(&s.state_file, server.dev_id()).with_context(|| {
-            format!("recording the device number in {}", s.state_file.display())
-        })?;
-        Ok(UblkFrontEnd {
-            server,
-            state_file: s.state_file.clone(),
-        })
+        Ok(server)
     }
 
     impl UblkFrontEnd {
-        pub fn device_path(&self) -> PathBuf {
-            self.server.device_path()
+        /// Serves `export` as volume `name`'s device (device `id`, else one
+        /// the kernel picks) and records it in the state file; returns the
+        /// device's path.
+        pub fn add(
+            &self,
+            name: Option<String>,
+            export: Arc<dyn Export>,
+            id: Option<u32>,
+        ) -> Result<PathBuf> {
+            let server = start_device(&self.settings, name.clone(), export, id)?;
+            let path = server.device_path();
+            let mut devices = self.devices();
+            devices.push(Device { name, server });
+            let file = &self.settings.state_file;
+            record(&devices, file)
+                .with_context(|| format!("recording the device numbers in {}", file.display()))?;
+            Ok(path)
         }
-        pub fn has_exited(&self) -> bool {
-            self.server.has_exited()
+
+        fn devices(&self) -> std::sync::MutexGuard<'_, Vec<Device>> {
+            self.devices.lock().unwrap_or_else(|e| e.into_inner())
         }
-        /// True if the device was made with user recovery.
-        pub fn can_hand_over(&self) -> bool {
-            self.server.can_hand_over()
-        }
-        /// Deletes the device (requests in flight finish first) and the
-        /// state file.
-        pub fn stop(self) -> Result<()> {
-            self.server
+
+        /// Deletes volume `name`'s device (its requests in flight finish
+        /// first) and records that; false if it has none.
+        pub fn remove(&self, name: &str) -> Result<bool> {
+            let mut devices = self.devices();
+            let Some(i) = devices.iter().position(|d| d.name.as_deref() == Some(name)) else {
+                return Ok(false);
+            };
+            let device = devices.remove(i);
+            record(&devices, &self.settings.state_file)?;
+            drop(devices);
+            let path = device.server.device_path();
+            device
+                .server
                 .stop()
-                .map_err(|e| anyhow::anyhow!("stopping the ublk device: {e}"))?;
-            let _ = std::fs::remove_file(&self.state_file);
+                .map_err(|e| anyhow::anyhow!("stopping {}: {e}", path.display()))?;
+            log::info!("ublk: {} of volume {name} deleted", path.display());
+            Ok(true)
+        }
+
+        /// (volume name, /dev/ublkbN) of every device, in the order served.
+        pub fn device_paths(&self) -> Vec<(Option<String>, PathBuf)> {
+            self.devices()
+                .iter()
+                .map(|d| (d.name.clone(), d.server.device_path()))
+                .collect()
+        }
+
+        /// True once every device has stopped by itself (deleted from
+        /// outside, e.g. `ublk del`). One deleted alone leaves its volume
+        /// without a device, the others served.
+        pub fn has_exited(&self) -> bool {
+            self.devices().iter().all(|d| d.server.has_exited())
+        }
+
+        /// True if every device was made with user recovery.
+        pub fn can_hand_over(&self) -> bool {
+            self.devices().iter().all(|d| d.server.can_hand_over())
+        }
+
+        /// Deletes every device (requests in flight finish first) and the
+        /// state file.
+        pub fn stop(&self) -> Result<()> {
+            let devices = std::mem::take(&mut *self.devices());
+            let mut failed = Vec::new();
+            for d in devices {
+                let path = d.server.device_path();
+                if let Err(e) = d.server.stop() {
+                    failed.push(format!("{}: {e}", path.display()));
+                }
+            }
+            let _ = std::fs::remove_file(&self.settings.state_file);
+            if !failed.is_empty() {
+                anyhow::bail!("stopping the ublk devices: {}", failed.join("; "));
+            }
             Ok(())
         }
-        /// Leaves the device waiting for the next server (see
+
+        /// Leaves every device waiting for the next server (see
         /// `tiercache_ublk::UblkServer::hand_over`): once this returns the
-        /// export gets no more calls; the state file stays.
-        pub fn hand_over(self) -> Result<()> {
-            self.server
-                .hand_over()
-                .map_err(|e| anyhow::anyhow!("handing the ublk device over: {e}"))
+        /// exports get no more calls; the state file stays.
+        pub fn hand_over(&self) -> Result<()> {
+            let devices = std::mem::take(&mut *self.devices());
+            let mut failed = Vec::new();
+            for d in devices {
+                let path = d.server.device_path();
+                if let Err(e) = d.server.hand_over() {
+                    failed.push(format!("{}: {e}", path.display()));
+                }
+            }
+            if !failed.is_empty() {
+                anyhow::bail!("handing the ublk devices over: {}", failed.join("; "));
+            }
+            Ok(())
         }
+    }
+
+    /// Records which device serves which volume.
+    fn record(devices: &[Device], file: &Path) -> std::io::Result<()> {
+        DeviceIds(
+            devices
+                .iter()
+                .map(|d| (d.name.clone(), d.server.dev_id()))
+                .collect(),
+        )
+        .write(file)
     }
 }
 
@@ -157,13 +381,24 @@ mod imp {
         anyhow::bail!("this tiercache was built without ublk support (cargo feature `ublk`)")
     }
 
-    pub fn start(_: &UblkSettings, _: Arc<dyn Export>) -> Result<UblkFrontEnd> {
-        check_available().map(|()| UblkFrontEnd {})
+    pub fn start(_: &UblkSettings, _: Vec<UblkVolume>) -> Result<Arc<UblkFrontEnd>> {
+        check_available().map(|()| Arc::new(UblkFrontEnd {}))
     }
 
     impl UblkFrontEnd {
-        pub fn device_path(&self) -> PathBuf {
-            PathBuf::new()
+        pub fn add(
+            &self,
+            _: Option<String>,
+            _: Arc<dyn Export>,
+            _: Option<u32>,
+        ) -> Result<PathBuf> {
+            check_available().map(|()| PathBuf::new())
+        }
+        pub fn remove(&self, _: &str) -> Result<bool> {
+            Ok(false)
+        }
+        pub fn device_paths(&self) -> Vec<(Option<String>, PathBuf)> {
+            Vec::new()
         }
         pub fn has_exited(&self) -> bool {
             true
@@ -171,10 +406,10 @@ mod imp {
         pub fn can_hand_over(&self) -> bool {
             false
         }
-        pub fn stop(self) -> Result<()> {
+        pub fn stop(&self) -> Result<()> {
             Ok(())
         }
-        pub fn hand_over(self) -> Result<()> {
+        pub fn hand_over(&self) -> Result<()> {
             Ok(())
         }
     }
@@ -195,15 +430,48 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_device_number_reads_back() {
+    fn a_single_device_is_recorded_as_a_bare_number() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("data.ublk-id");
-        assert_eq!(recorded_id(&file), None);
-        record_id(&file, 7).unwrap();
-        assert_eq!(recorded_id(&file), Some(7));
-        record_id(&file, 3).unwrap();
-        assert_eq!(recorded_id(&file), Some(3));
+        assert_eq!(DeviceIds::read(&file).of(None), None);
+        DeviceIds(vec![(None, 7)]).write(&file).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "7\n");
+        assert_eq!(DeviceIds::read(&file).of(None), Some(7));
+        DeviceIds(vec![(None, 3)]).write(&file).unwrap();
+        assert_eq!(DeviceIds::read(&file).of(None), Some(3));
         std::fs::write(&file, "not a number\n").unwrap();
-        assert_eq!(recorded_id(&file), None);
+        assert_eq!(DeviceIds::read(&file), DeviceIds::default());
+    }
+
+    #[test]
+    fn each_volume_reads_back_its_own_device_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pool.ublk-id");
+        let ids = DeviceIds(vec![
+            (Some("a".into()), 4),
+            (Some("b".into()), 0),
+            (Some("c".into()), 9),
+        ]);
+        ids.write(&file).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "a 4\nb 0\nc 9\n");
+        let back = DeviceIds::read(&file);
+        assert_eq!(back, ids);
+        assert_eq!(back.of(Some("a")), Some(4));
+        assert_eq!(back.of(Some("b")), Some(0));
+        assert_eq!(back.of(Some("c")), Some(9));
+        // A volume not recorded gets none, not another volume's device.
+        assert_eq!(back.of(Some("d")), None);
+        assert_eq!(back.of(None), None);
+        let served = [Some("a".to_string()), Some("c".to_string())];
+        assert_eq!(back.others(&served).collect::<Vec<_>>(), vec![0]);
+    }
+
+    #[test]
+    fn a_bad_line_is_skipped_and_the_others_kept() {
+        let ids = DeviceIds::parse("a 1\nb x\n\n  c 2  \n", Path::new("f"));
+        assert_eq!(
+            ids,
+            DeviceIds(vec![(Some("a".into()), 1), (Some("c".into()), 2)])
+        );
     }
 }

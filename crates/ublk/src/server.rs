@@ -347,6 +347,12 @@ impl UblkServer {
         let Some(runner) = self.runner.take() else {
             return Ok(());
         };
+        // The device may be stopped from another thread than the one that
+        // made it (a pool's volume detached through the control socket):
+        // control commands need that thread's own ring.
+        if let Err(e) = ensure_ctrl_ring() {
+            log::warn!("ublk{}: control ring: {}", self.dev_id, describe(&e));
+        }
         // -ENOENT / -ENODEV when it was already stopped: nothing to do.
         if let Err(e) = self.ctrl.kill_dev() {
             log::debug!("ublk{}: stop: {}", self.dev_id, describe(&e));
@@ -386,6 +392,17 @@ impl Drop for UblkServer {
     }
 }
 
+/// libublk sends control commands through a ring of the calling thread,
+/// made by its constructors; this makes one on a thread that has none.
+fn ensure_ctrl_ring() -> Result<(), UblkError> {
+    libublk::ublk_init_ctrl_task_ring(|ring| {
+        if ring.is_none() {
+            *ring = Some(io_uring::IoUring::builder().build(16)?);
+        }
+        Ok(())
+    })
+}
+
 /// The device thread: sets the parameters, starts one thread per queue,
 /// starts the device, reports on `started`, and returns when every queue
 /// has stopped.
@@ -397,13 +414,7 @@ fn run_device(
 ) -> Result<(), String> {
     // Control commands go through a per-thread io_uring; this thread
     // sends START (and STOP when run_target returns).
-    libublk::ublk_init_ctrl_task_ring(|ring| {
-        if ring.is_none() {
-            *ring = Some(io_uring::IoUring::builder().build(16)?);
-        }
-        Ok(())
-    })
-    .map_err(|e| format!("control ring: {}", describe(&e)))?;
+    ensure_ctrl_ring().map_err(|e| format!("control ring: {}", describe(&e)))?;
     let notify_started = started.clone();
     let result = ctrl.run_target(
         move |dev: &mut UblkDev| {
