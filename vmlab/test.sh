@@ -6,9 +6,11 @@
 #   2. builds the guest image, or reuses the cached one (vmlab/build-image.sh);
 #   3. builds the release tiercache binary;
 #   4. runs the guest tests: vmlab/guest/nbd.sh (kernel NBD client),
-#      vmlab/guest/ublk.sh (skipped while tiercache has no ublk front end)
-#      and vmlab/guest/ublk-restart.sh (the ublk device survives kill -9 and
-#      an upgrade of the server; prints each round's pause and restart time).
+#      vmlab/guest/ublk.sh (skipped while tiercache has no ublk front end),
+#      vmlab/guest/ublk-restart.sh and vmlab/guest/nbd-restart.sh (the ublk
+#      device, and the kernel NBD device the server configures itself,
+#      survive kill -9 and an upgrade of the server; each prints its rounds'
+#      pause and restart time).
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features ublk").
@@ -66,11 +68,14 @@ disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 run_guest_test nbd --timeout 900 "${disks[@]}" vmlab/guest/nbd.sh
 run_guest_test ublk --timeout 900 "${disks[@]}" vmlab/guest/ublk.sh
 run_guest_test ublk-restart --timeout 900 "${disks[@]}" vmlab/guest/ublk-restart.sh
+run_guest_test nbd-restart --timeout 900 "${disks[@]}" vmlab/guest/nbd-restart.sh
 
 echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
 printf '%s\n' "${summary[@]}"
-if [ -f "$out/ublk-restart/results/ublk-restart/rounds.txt" ]; then
-  echo "vmlab: ublk-restart rounds:"
-  sed 's/^/  /' "$out/ublk-restart/results/ublk-restart/rounds.txt"
-fi
+for t in ublk-restart nbd-restart; do
+  if [ -f "$out/$t/results/$t/rounds.txt" ]; then
+    echo "vmlab: $t rounds:"
+    sed 's/^/  /' "$out/$t/results/$t/rounds.txt"
+  fi
+done
 exit "$failed"

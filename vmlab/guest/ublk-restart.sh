@@ -1,264 +1,47 @@
 # Guest test: the ublk device outlives its server (user recovery; see
-# docs/RESTART.md). Disks: hdd (backing), ssd (cache). One boot:
-#   - tiercache serve --ublk (user recovery on by default), ext4 on the
-#     device, a file tree;
-#   - load kept running on the file system: fio with crc32c verify (one job
-#     after another; O_SYNC, so that each write is flushed before fio counts
-#     it done: in writeback mode a kill -9 may lose writes the guest never
-#     flushed, as a power cut of a disk with a volatile write cache would,
-#     see docs/RESTART.md), a writer of files that are fsynced before their sum
-#     is recorded (acknowledged and flushed), and a probe that reads the raw
-#     device and timestamps every completion (the guest's IO pauses);
-#   - RESTART_ROUNDS (default 10) times, after a random 1.5-5.5 s: kill -9
-#     of tiercache and a new `tiercache serve` at once, which takes the
-#     device over; then one planned upgrade: SIGUSR1 (hand-over, exit 75)
-#     and a second copy of the binary taking over (its open must find a
-#     clean shutdown);
-#   - a second server for the same device number is refused while one
-#     lives;
-#   - afterwards: no fio error, no IO error in the kernel log, e2fsck -fn
-#     clean, every file of the tree and every acknowledged file identical;
-#     a plain SIGTERM still deletes the device.
-# Prints per round the restart time (start of the new server -> first
-# guest IO completed again) and the longest pause the probe saw (from the
-# last completion before the kill to the first after the restart, or any
-# longer gap in the round); also in $OUT/rounds.txt.
+# docs/RESTART.md): the restart test of restart-lib.sh (kill -9 rounds, an
+# upgrade, then every check) over `tiercache serve --ublk`.
 # Run it alone with:
 #   vmlab/run.sh --disk hdd=1G,iops=300 --disk ssd=256M vmlab/guest/ublk-restart.sh
 . /vmlab/lib.sh
+# shellcheck disable=SC2034 # (read by restart-lib.sh and cache-tests.sh)
 FRONTEND=ublk-restart
-ROUNDS=${RESTART_ROUNDS:-10}
-. /vmlab/cache-tests.sh
+# shellcheck disable=SC2034
+SERVE_FRONT=(--ublk --ublk-queues 2)
+STATE=/run/tiercache/tc.ublk-id # next to $TC_CONTROL (serve --ublk)
+. /vmlab/restart-lib.sh
 
 modprobe ublk_drv
 [ -e /dev/ublk-control ] || fail "no /dev/ublk-control after modprobe ublk_drv"
-LOG="$OUT/tiercache-boot$VMLAB_BOOT.log"
-STATE=/run/tiercache/tc.ublk-id # next to $TC_CONTROL (serve --ublk)
-LOAD=/run/restart-load
-mkdir -p "$LOAD"
-
-# start_server BINARY [serve options...]: like start_tiercache, with a given
-# binary and --ublk; returns once the control socket is up (the device is
-# then served: serve binds it after the device is live).
-start_server() {
-  local bin=$1
-  shift
-  echo "=== $bin serve --ublk $* ($(date +%T))" >>"$LOG"
-  "$bin" serve --backing "$HDD" --cache "$SSD" "${TC_OPTIONS[@]}" --control "$TC_CONTROL" \
-    --ublk --ublk-queues 2 "$@" >>"$LOG" 2>&1 &
-  TC_PID=$!
-  local i=0
-  while [ ! -S "$TC_CONTROL" ]; do
-    kill -0 "$TC_PID" 2>/dev/null || { tail -n 20 "$LOG"; fail "tiercache exited while starting"; }
-    i=$((i + 1))
-    [ "$i" -lt 1200 ] || fail "no control socket 120 s after starting tiercache"
-    sleep 0.1
-  done
-}
-
-# now: seconds since the epoch, microseconds (no fork).
-now() { echo "$EPOCHREALTIME"; }
-
-probe_loop() {
-  local blocks=$(($(blockdev --getsz "$DEV") / 8))
-  while [ ! -e "$LOAD/stop" ]; do
-    dd if="$DEV" of=/dev/null bs=4k count=1 skip=$(((RANDOM * 32768 + RANDOM) % blocks)) \
-      iflag=direct status=none || echo "probe read failed at $(now)" >>"$LOAD/errors"
-    now >>"$LOAD/probe"
-  done
-}
-
-fio_loop() {
-  local n=0
-  while [ ! -e "$LOAD/stop" ]; do
-    n=$((n + 1))
-    if ! fio --name="verify-$n" --filename=/mnt/r/fio.dat --size=16M --rw=randwrite --bs=16k \
-      --iodepth=8 --ioengine=libaio --direct=1 --sync=1 --verify=crc32c --verify_fatal=1 --eta=never \
-      --output="$LOAD/fio-$n.txt" || ! grep -q "err= 0" "$LOAD/fio-$n.txt"; then
-      echo "fio run $n failed (see fio-$n.txt)" >>"$LOAD/errors"
-      cp "$LOAD/fio-$n.txt" "$OUT/" 2>/dev/null || true
-    fi
-  done
-  echo "$n" >"$LOAD/fio-runs"
-}
-
-# Each file is fsynced (and its directory) before its sum is recorded: a
-# file listed in acked.sha256 was acknowledged and flushed.
-acked_loop() {
-  mkdir -p /mnt/r/acked
-  local i=0
-  while [ ! -e "$LOAD/stop" ]; do
-    i=$((i + 1))
-    head -c 65536 /dev/urandom >"$LOAD/acked.tmp"
-    if cp "$LOAD/acked.tmp" "/mnt/r/acked/$i" && sync "/mnt/r/acked/$i" /mnt/r/acked; then
-      echo "$(sha256sum <"$LOAD/acked.tmp" | cut -d' ' -f1)  acked/$i" >>"$LOAD/acked.sha256"
-    else
-      echo "acked file $i: write or fsync failed" >>"$LOAD/errors"
-    fi
-  done
-}
-
-# round_figures T_KILL T_START: "restart R s, longest pause P s" from the
-# probe's completions.
-round_figures() {
-  awk -v tk="$1" -v ts="$2" '
-    { t = $1 + 0 }
-    t <= tk { last = t; next }
-    { if (!live && t > ts) { live = t }
-      if (last) { gap = t - last; if (gap > max) max = gap }
-      last = t }
-    END { printf "%.2f %.2f\n", live ? live - ts : -1, max }' "$LOAD/probe"
-}
-
-# wait_live T_START: until the probe completes a read issued after T_START
-# was answered (the device serves IO again).
-wait_live() {
-  local i=0
-  while ! awk -v ts="$1" '$1 + 0 > ts { found = 1 } END { exit !found }' "$LOAD/probe"; do
-    i=$((i + 1))
-    [ "$i" -lt 1200 ] || fail "the guest saw no IO completed 120 s after the restart"
-    sleep 0.1
-  done
-}
-
-ROUND_LINES=()
-report_round() {
-  local what=$1 t_kill=$2 t_start=$3 figures restart pause takeover
-  sleep 1 # a few more probe completions after the restart
-  figures=$(round_figures "$t_kill" "$t_start")
-  restart=${figures% *} pause=${figures#* }
-  takeover=$(grep -o "took over /dev/ublkb[0-9]* from the previous server in [0-9]* ms" "$LOG" | tail -n 1 | awk '{print $(NF-1)}')
-  local line
-  line=$(printf '%-28s restart (start -> guest IO again) %6.2f s; longest guest IO pause %6.2f s; ublk takeover %s ms' \
-    "$what" "$restart" "$pause" "${takeover:-?}")
-  step "$line"
-  ROUND_LINES+=("$line")
-  echo "$line" >>"$OUT/rounds.txt"
-}
-
-step "tiercache serve --ublk (user recovery by default)"
 rm -f "$STATE"
-start_server tiercache --create
-DEV=$(grep -o "serving /dev/ublkb[0-9]*" "$LOG" | tail -n 1 | cut -d' ' -f2)
-[ -n "$DEV" ] || fail "tiercache did not announce its device"
-grep -q "user recovery on" "$LOG" || fail "the device was not made with user recovery"
-[ "$(cat "$STATE")" = "${DEV#/dev/ublkb}" ] || fail "$STATE does not name ${DEV#/dev/ublkb}"
-step "$DEV; mkfs.ext4, a file tree"
-mkfs.ext4 -q -F "$DEV"
-mkdir -p /mnt/r
-mount "$DEV" /mnt/r
-mkdir /mnt/r/tree
-cp -a /etc /usr/share/zoneinfo /mnt/r/tree/
-head -c 4M /dev/urandom >/mnt/r/tree/random-4M
-(cd /mnt/r && find tree -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) >"$OUT/tree.sha256"
-tree_listing /mnt/r >"$OUT/tree.list"
-sync
-step "$(wc -l <"$OUT/tree.sha256") files; starting the load (fio verify, fsynced files, IO probe)"
-: >"$LOAD/probe"
-: >"$LOAD/errors"
-: >"$LOAD/acked.sha256"
-probe_loop &
-probe_pid=$!
-fio_loop &
-fio_pid=$!
-acked_loop &
-acked_pid=$!
-sleep 3
 
-for round in $(seq 1 "$ROUNDS"); do
-  pause_ms=$((1500 + RANDOM % 4000))
-  sleep "$((pause_ms / 1000)).$(printf '%03d' $((pause_ms % 1000)))"
-  t_kill=$(now)
-  kill -9 "$TC_PID"
-  wait "$TC_PID" 2>/dev/null || true
-  t_start=$(now)
-  start_server tiercache
-  wait_live "$t_start"
-  grep "opened cache" "$LOG" | tail -n 1 | grep -q "after an unclean shutdown" ||
-    fail "round $round: the restart after kill -9 did not see an unclean shutdown"
-  report_round "round $round: kill -9 at +${pause_ms}ms" "$t_kill" "$t_start"
-done
+find_device() {
+  DEV=$(grep -o "serving /dev/ublkb[0-9]*" "$LOG" | tail -n 1 | cut -d' ' -f2)
+  [ -n "$DEV" ] || fail "tiercache did not announce its device"
+  grep -q "user recovery on" "$LOG" || fail "the device was not made with user recovery"
+  [ "$(cat "$STATE")" = "${DEV#/dev/ublkb}" ] || fail "$STATE does not name ${DEV#/dev/ublkb}"
+}
 
-step "a second server for ${DEV#/dev/} is refused while one serves it"
-if tiercache serve --backing mem:64M --ublk --ublk-id "${DEV#/dev/ublkb}" --control /run/intruder.ctl \
-  >"$OUT/intruder.log" 2>&1; then
-  fail "a second server took over a device served by a live process"
-fi
-grep -q "being served by a live process" "$OUT/intruder.log" || { cat "$OUT/intruder.log"; fail "the refusal does not say why"; }
-
-step "planned upgrade: SIGUSR1 (hand-over), then another copy of the binary takes over"
-cp "$(command -v tiercache)" /run/tiercache-next
-sleep 2
-t_kill=$(now)
-kill -USR1 "$TC_PID"
-status=0
-wait "$TC_PID" || status=$?
-[ "$status" -eq 75 ] || { tail -n 20 "$LOG"; fail "tiercache exited with status $status after SIGUSR1 (expected 75)"; }
-grep -q "tiercache: handed over $DEV" "$LOG" || fail "no hand-over message"
-[ -e "/sys/block/${DEV#/dev/}" ] || fail "$DEV went away with the hand-over"
-t_start=$(now)
-start_server /run/tiercache-next
-wait_live "$t_start"
-grep "opened cache" "$LOG" | tail -n 1 | grep -q "after a clean shutdown" ||
-  fail "the upgrade's new server did not find a clean shutdown"
-report_round "upgrade (SIGUSR1, new binary)" "$t_kill" "$t_start"
-
-sleep 3
-step "stopping the load"
-touch "$LOAD/stop"
-wait "$probe_pid" "$fio_pid" "$acked_pid" || true
-cp "$LOAD/acked.sha256" "$LOAD/errors" "$OUT/"
-step "fio runs: $(cat "$LOAD/fio-runs") (16 MiB, O_SYNC, crc32c-verified each), acknowledged files: $(wc -l <"$LOAD/acked.sha256"), probe reads: $(wc -l <"$LOAD/probe")"
-if [ -s "$LOAD/errors" ]; then
-  cat "$LOAD/errors"
-  fail "the load saw errors"
-fi
-step "a last fio verify, then umount, e2fsck -fn, compare every file"
-fio --name=verify-last --filename=/mnt/r/fio-last.dat --size=16M --rw=randwrite --bs=4k --iodepth=8 \
-  --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 --eta=never --output="$OUT/fio-last.txt" ||
-  fail "the last fio verify failed"
-grep -q "err= 0" "$OUT/fio-last.txt" || fail "the last fio verify reported errors"
-umount /mnt/r
-e2fsck -fn "$DEV" >"$OUT/fsck.txt" 2>&1 || { cat "$OUT/fsck.txt"; fail "e2fsck -fn after the restarts"; }
-mount "$DEV" /mnt/r
-(cd /mnt/r && sha256sum --quiet -c "$OUT/tree.sha256") || fail "the file tree differs"
-tree_listing /mnt/r | diff "$OUT/tree.list" - || fail "the tree's listing differs"
-(cd /mnt/r && sha256sum --quiet -c "$OUT/acked.sha256") || fail "an acknowledged, flushed file was lost or differs"
-umount /mnt/r
-dmesg >"$OUT/dmesg.txt"
-assert_no_io_errors
-if grep -E "I/O error|EXT4-fs error|Buffer I/O" "$OUT/dmesg.txt"; then
-  fail "the kernel logged IO or file system errors"
-fi
-
-step "a plain stop (SIGTERM) still deletes the device"
-kill -TERM "$TC_PID"
-i=0
-while kill -0 "$TC_PID" 2>/dev/null; do
-  i=$((i + 1))
-  if [ "$i" -ge 600 ]; then
-    for t in /proc/"$TC_PID"/task/*; do
-      echo "--- thread $(cat "$t/comm") $(cat "$t/wchan" 2>/dev/null)"
-      cat "$t/stack" 2>/dev/null
-    done
-    tail -n 20 "$LOG"
-    fail "tiercache did not exit within 60 s of SIGTERM"
+refuse_intruder() {
+  if tiercache serve --backing mem:64M --ublk --ublk-id "${DEV#/dev/ublkb}" --control /run/intruder.ctl \
+    >"$OUT/intruder.log" 2>&1; then
+    fail "a second server took over a device served by a live process"
   fi
-  sleep 0.1
-done
-status=0
-wait "$TC_PID" || status=$?
-TC_PID=""
-[ "$status" -eq 0 ] || { tail -n 20 "$LOG"; fail "tiercache exited with status $status after SIGTERM"; }
-grep -q "tiercache: stopped" "$LOG" || fail "no clean stop"
-i=0
-while [ -e "/dev/ublkc${DEV#/dev/ublkb}" ]; do
-  i=$((i + 1))
-  [ "$i" -lt 100 ] || fail "the device still exists 10 s after SIGTERM"
-  sleep 0.1
-done
-[ ! -e "$STATE" ] || fail "$STATE left after a plain stop"
+  grep -q "being served by a live process" "$OUT/intruder.log" || { cat "$OUT/intruder.log"; fail "the refusal does not say why"; }
+}
 
-step "restart rounds:"
-printf '  %s\n' "${ROUND_LINES[@]}"
-step "PASS: $DEV survived $ROUNDS kills (kill -9) and an upgrade: no IO error, fio verify clean, e2fsck clean, files identical"
+assert_device_kept() {
+  [ -e "/sys/block/${DEV#/dev/}" ] || fail "$DEV went away with the hand-over"
+}
+
+assert_device_gone() {
+  local i=0
+  while [ -e "/dev/ublkc${DEV#/dev/ublkb}" ]; do
+    i=$((i + 1))
+    [ "$i" -lt 100 ] || fail "the device still exists 10 s after SIGTERM"
+    sleep 0.1
+  done
+  [ ! -e "$STATE" ] || fail "$STATE left after a plain stop"
+}
+
+run_restart_test

@@ -3,6 +3,7 @@
 mod control;
 mod devices;
 mod export;
+mod kernel_nbd;
 mod pool;
 mod recording;
 mod serve;
@@ -298,6 +299,17 @@ struct ServeArgs {
     /// its IO fails instead of waiting for the next server.
     #[arg(long)]
     ublk_no_recovery: bool,
+    /// Also serve an export as the kernel NBD device `/dev/nbdN`, which
+    /// the server configures itself (netlink; root): the device outlives
+    /// a crash, kill -9 or hand-over of the server, and the next server
+    /// takes it over. `EXPORT=/dev/nbdN` for an export of a pool.
+    /// Repeatable.
+    #[arg(long = "nbd-device", value_name = "DEVICE")]
+    nbd_devices: Vec<String>,
+    /// Seconds an --nbd-device holds its IO while no server serves it
+    /// (default 120); then the IO fails.
+    #[arg(long, value_name = "SECONDS")]
+    nbd_device_timeout: Option<u64>,
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -332,6 +344,9 @@ struct ServeFile {
     ublk_depth: Option<u16>,
     ublk_id: Option<u32>,
     ublk_no_recovery: Option<bool>,
+    #[serde(default, rename = "nbd_device")]
+    nbd_devices: Vec<String>,
+    nbd_device_timeout: Option<u64>,
     #[serde(default, rename = "volume")]
     volumes: Vec<String>,
 }
@@ -410,6 +425,10 @@ pub struct ServeSettings {
     pub create: bool,
     /// Serve over ublk instead of NBD.
     pub ublk: Option<ublk::UblkSettings>,
+    /// Exports also served as kernel NBD devices (`--nbd-device`).
+    pub nbd_devices: Vec<kernel_nbd::NbdDeviceArg>,
+    /// Seconds those devices hold their IO while no server serves them.
+    pub nbd_device_timeout: u64,
 }
 
 impl ServeArgs {
@@ -505,6 +524,18 @@ impl ServeArgs {
         {
             bail!("--ublk-queues, --ublk-depth, --ublk-id and --ublk-no-recovery go with --ublk");
         }
+        let nbd_devices = if self.nbd_devices.is_empty() {
+            file.nbd_devices
+        } else {
+            self.nbd_devices
+        };
+        let nbd_devices: Vec<kernel_nbd::NbdDeviceArg> = nbd_devices
+            .iter()
+            .map(|d| kernel_nbd::NbdDeviceArg::parse(d))
+            .collect::<Result<_>>()?;
+        if ublk && !nbd_devices.is_empty() {
+            bail!("--nbd-device serves an NBD export; it does not go with --ublk");
+        }
         let tls = serve::TlsSettings::resolve(
             serve::TlsFlags {
                 policy: self.tls.or(file.tls),
@@ -551,6 +582,11 @@ impl ServeArgs {
                 recovery: !(self.ublk_no_recovery || file.ublk_no_recovery.unwrap_or(false)),
                 state_file: ublk::state_file(&control),
             }),
+            nbd_devices,
+            nbd_device_timeout: self
+                .nbd_device_timeout
+                .or(file.nbd_device_timeout)
+                .unwrap_or(kernel_nbd::DEFAULT_HOLD_SECS),
         })
     }
 }

@@ -1,13 +1,15 @@
 //! `tiercache serve`: the engine behind an NBD server, with a control
 //! socket and a background cleaner, until a signal or a detach.
 //!
-//! Signals: SIGTERM and SIGINT stop (the ublk device is deleted); SIGUSR1
-//! hands a ublk device made with user recovery over to the next server
-//! (the device stays and holds its IO, the engine shuts down cleanly, the
+//! Signals: SIGTERM and SIGINT stop (the ublk device is deleted, the
+//! `--nbd-device`s disconnected); SIGUSR1 hands a ublk device made with
+//! user recovery, or the `--nbd-device`s, over to the next server (the
+//! devices stay and hold their IO, the engine shuts down cleanly, the
 //! process exits with [`HANDOVER_EXIT`]); see docs/RESTART.md.
 
 use crate::control::{self, ControlTarget};
 use crate::export::VolumeExport;
+use crate::kernel_nbd::KernelDevices;
 use crate::ServeSettings;
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,8 +56,8 @@ impl Signals {
                     return true;
                 }
                 log::warn!(
-                    "SIGUSR1 (hand-over) ignored: only a ublk device made with user recovery \
-                     can be handed over"
+                    "SIGUSR1 (hand-over) ignored: only a ublk device made with user recovery, \
+                     or --nbd-device devices, can be handed over"
                 );
                 self.handover.store(false, Ordering::SeqCst);
             }
@@ -237,7 +239,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         let volume = engine.volume_handle(id)?;
         exports.push((export_name, Arc::new(VolumeExport { volume, rotational })));
     }
-    let front = FrontEnd::start_many(s, exports)?;
+    let front = FrontEnd::start_many(s, exports, cache_spec)?;
 
     let signals = Signals::register()?;
     let stop = signals.stop.clone();
@@ -249,7 +251,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         Arc::new(ControlTarget {
             engine: engine.clone(),
             pool: match &front {
-                FrontEnd::Nbd(server) => Some(Box::new(crate::pool::NbdPool {
+                FrontEnd::Nbd(server, _) => Some(Box::new(crate::pool::NbdPool {
                     engine: engine.clone(),
                     exports: server.exports(),
                     cache: cache_spec.clone(),
@@ -321,6 +323,7 @@ fn run_uncached(
     let front = FrontEnd::start(
         s,
         Arc::new(crate::export::DeviceExport { device, rotational }),
+        &s.backing,
     )?;
     let signals = Signals::register()?;
     announce(s, &front);
@@ -373,22 +376,30 @@ fn bind_nbd(s: &ServeSettings) -> Result<Listener> {
     })
 }
 
-/// What serves the export: the NBD server, or a ublk device (`--ublk`).
+/// What serves the export: the NBD server (and the kernel NBD devices it
+/// configured, `--nbd-device`), or a ublk device (`--ublk`).
 enum FrontEnd {
-    Nbd(RunningServer),
+    Nbd(RunningServer, KernelDevices),
     Ublk(crate::ublk::UblkFrontEnd),
 }
 
 impl FrontEnd {
-    fn start(s: &ServeSettings, export: Arc<dyn tiercache_frontend::Export>) -> Result<FrontEnd> {
-        Self::start_many(s, vec![(s.name.clone(), export)])
+    fn start(
+        s: &ServeSettings,
+        export: Arc<dyn tiercache_frontend::Export>,
+        device_spec: &str,
+    ) -> Result<FrontEnd> {
+        Self::start_many(s, vec![(s.name.clone(), export)], device_spec)
     }
 
     /// Serves `exports` (name, export): over NBD all of them, each under
-    /// its name; over ublk the one there must be.
+    /// its name, and the `--nbd-device`s (identified by `device_spec`,
+    /// the cache, or the backing device when uncached); over ublk the one
+    /// there must be.
     fn start_many(
         s: &ServeSettings,
         mut exports: Vec<(String, Arc<dyn tiercache_frontend::Export>)>,
+        device_spec: &str,
     ) -> Result<FrontEnd> {
         if let Some(u) = &s.ublk {
             if exports.len() != 1 {
@@ -398,19 +409,34 @@ impl FrontEnd {
             return Ok(FrontEnd::Ublk(crate::ublk::start(u, export)?));
         }
         let listener = bind_nbd(s)?;
+        let names: Vec<String> = exports.iter().map(|(name, _)| name.clone()).collect();
         let entries = exports
             .into_iter()
             .map(|(name, e)| tiercache_nbd::ExportEntry::new(name, e))
             .collect();
-        let nbd = Server::new(entries, nbd_config(s)?)?;
-        Ok(FrontEnd::Nbd(nbd.spawn(listener)?))
+        let nbd = Server::new(entries, nbd_config(s)?)?.spawn(listener)?;
+        let devices = match KernelDevices::attach(
+            &nbd,
+            &s.nbd_devices,
+            &names,
+            device_spec,
+            s.nbd_device_timeout,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = nbd.shutdown();
+                return Err(e);
+            }
+        };
+        Ok(FrontEnd::Nbd(nbd, devices))
     }
 
     /// True if [`FrontEnd::hand_over`] can leave the device to the next
-    /// server: a ublk device made with user recovery.
+    /// server: a ublk device made with user recovery, or kernel NBD
+    /// devices.
     fn can_hand_over(&self) -> bool {
         match self {
-            FrontEnd::Nbd(_) => false,
+            FrontEnd::Nbd(_, devices) => devices.any(),
             FrontEnd::Ublk(u) => u.can_hand_over(),
         }
     }
@@ -419,7 +445,13 @@ impl FrontEnd {
     /// more calls once this returns. Only if [`FrontEnd::can_hand_over`].
     fn hand_over(self) -> Result<()> {
         match self {
-            FrontEnd::Nbd(_) => bail!("an NBD export cannot be handed over"),
+            FrontEnd::Nbd(server, devices) => {
+                // No new connections for the kernel; then the server's
+                // connections finish what they run and close, and the
+                // kernel holds the rest for the next server.
+                devices.leave();
+                server.shutdown().context("stopping the NBD server")
+            }
             FrontEnd::Ublk(u) => u.hand_over(),
         }
     }
@@ -427,7 +459,8 @@ impl FrontEnd {
     /// What the user sees served (the device path, or "the NBD export").
     fn device_name(&self) -> String {
         match self {
-            FrontEnd::Nbd(_) => "the NBD export".to_string(),
+            FrontEnd::Nbd(_, devices) if devices.any() => devices.names(),
+            FrontEnd::Nbd(..) => "the NBD export".to_string(),
             FrontEnd::Ublk(u) => u.device_path().display().to_string(),
         }
     }
@@ -435,7 +468,7 @@ impl FrontEnd {
     /// The ublk device went away by itself (deleted from outside).
     fn has_exited(&self) -> bool {
         match self {
-            FrontEnd::Nbd(_) => false,
+            FrontEnd::Nbd(..) => false,
             FrontEnd::Ublk(u) => u.has_exited(),
         }
     }
@@ -443,7 +476,13 @@ impl FrontEnd {
     /// Stops serving; requests in flight finish first.
     fn stop(self) -> Result<()> {
         match self {
-            FrontEnd::Nbd(running) => running.shutdown().context("stopping the NBD server"),
+            FrontEnd::Nbd(running, devices) => {
+                // Disconnected first: the kernel says so on the
+                // connections, which then close with their requests done.
+                let detached = devices.detach();
+                running.shutdown().context("stopping the NBD server")?;
+                detached
+            }
             FrontEnd::Ublk(u) => u.stop(),
         }
     }
@@ -508,6 +547,9 @@ fn announce(s: &ServeSettings, front: &FrontEnd) {
                 s.control.display()
             ),
         }
+    }
+    if let FrontEnd::Nbd(_, devices) = front {
+        devices.announce();
     }
 }
 

@@ -27,6 +27,10 @@ pub(crate) struct ConnEnv<'a> {
     pub(crate) stopping: &'a AtomicBool,
     /// The server's connection slots (this connection holds one).
     pub(crate) slots: &'a Slots,
+    /// Where the connection starts with TLS: the server's policy, or
+    /// [`TlsPhase::Unavailable`] for a local socket pair
+    /// ([`crate::LocalConnector`]).
+    pub(crate) tls: TlsPhase,
 }
 
 /// Serves connection `id` on `socket` (its slot already taken in
@@ -52,7 +56,7 @@ pub(crate) fn run(env: &ConnEnv<'_>, id: u64, socket: Socket, peer: &str) {
         max_block: cfg.max_block,
         shutting_down: env.stopping,
         max_options: cfg.max_options,
-        tls: cfg.tls.phase(),
+        tls: env.tls,
     };
     // Option replies are flushed by `negotiate`, except the one entering
     // transmission, which is flushed below once the connection is marked

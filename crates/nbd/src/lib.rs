@@ -29,6 +29,11 @@
 //! WRITE_ZEROES (NO_HOLE), DISC; simple and structured replies. Requests are
 //! pipelined and executed concurrently.
 //!
+//! [`kernel_client`] attaches an export to the kernel's NBD client as
+//! /dev/nbdN from inside the server (generic netlink, through a
+//! [`LocalConnector`] connection), so that the device outlives the server
+//! process: the next server takes it over (docs/RESTART.md).
+//!
 //! The wire parsing lives in [`proto`] as pure functions over byte slices
 //! (fuzzed by `crates/nbd/fuzz`), the negotiation in [`handshake`] is generic
 //! over `Read`/`Write`.
@@ -49,6 +54,7 @@ mod config;
 mod connection;
 pub mod handshake;
 mod hit_ring;
+pub mod kernel_client;
 mod listener;
 pub mod proto;
 mod replies;
@@ -64,7 +70,7 @@ mod wire;
 pub use config::{ServerConfig, TlsMode};
 pub use handshake::{ExportEntry, HandshakeEnd, HandshakeError, Negotiated, TlsPhase};
 pub use listener::Listener;
-pub use server::{Exports, RunningServer, Server};
+pub use server::{Exports, LocalConnection, LocalConnector, RunningServer, Server};
 pub use shutdown::ShutdownHandle;
 /// The front-end contract, from `tiercache-frontend` (re-exported so that
 /// users of this crate alone need no second import).

@@ -10,12 +10,14 @@
 
 use crate::config::ServerConfig;
 use crate::connection::{self, ConnEnv};
-use crate::handshake::ExportEntry;
+use crate::handshake::{ExportEntry, TlsPhase};
 use crate::listener::Listener;
 use crate::proto;
 use crate::shutdown::{wind_down, ShutdownHandle, StopSignal};
 use crate::slots::Slots;
+use crate::sockets::Socket;
 use std::io;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -41,6 +43,7 @@ impl Inner {
             config: &self.config,
             stopping: &self.signal.stop,
             slots: &self.slots,
+            tls: self.config.tls.phase(),
         }
     }
 }
@@ -96,6 +99,77 @@ impl Exports {
     }
 }
 
+/// Opens connections to a running server from inside the process
+/// ([`RunningServer::local_connector`]): a socket pair, whose one end the
+/// server serves as it serves an accepted connection (handshake included)
+/// and whose other end goes to the caller, e.g. to hand to the kernel's
+/// NBD client. Never TLS (the pair never leaves the host); counted in the
+/// server's connection slots, and stopped with the server.
+#[derive(Clone)]
+pub struct LocalConnector {
+    inner: Arc<Inner>,
+}
+
+/// A connection made by [`LocalConnector::connect`].
+pub struct LocalConnection {
+    /// The client's end, to negotiate on and hand on.
+    pub client: UnixStream,
+    /// Another handle on the server's end (e.g. to see whether the client
+    /// end is still open somewhere: it reads end-of-file once it is not).
+    pub server_end: UnixStream,
+    /// The server's thread for it: finished once the connection closed
+    /// and its requests were answered.
+    pub thread: JoinHandle<()>,
+}
+
+impl LocalConnector {
+    /// A new connection, its server side running; `peer` names it in logs.
+    /// Refused (`ConnectionRefused`) when the server stops or every slot is
+    /// taken.
+    pub fn connect(&self, peer: &str) -> io::Result<LocalConnection> {
+        let inner = &self.inner;
+        if inner.signal.is_set() {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                "the NBD server is stopping",
+            ));
+        }
+        let (client, server) = UnixStream::pair()?;
+        let server_end = server.try_clone()?;
+        let handle = Socket::Unix(server.try_clone()?);
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        if !inner.slots.admit(id, handle, peer) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                "every NBD connection slot is taken",
+            ));
+        }
+        let inner2 = inner.clone();
+        let peer = format!("nbd conn #{id} ({peer})");
+        let spawned = thread::Builder::new()
+            .name(format!("nbd-conn-{id}"))
+            .spawn(move || {
+                let _done = SlotGuard(&inner2.slots, id);
+                let env = ConnEnv {
+                    tls: TlsPhase::Unavailable,
+                    ..inner2.env()
+                };
+                connection::run(&env, id, Socket::Unix(server), &peer);
+            });
+        match spawned {
+            Ok(thread) => Ok(LocalConnection {
+                client,
+                server_end,
+                thread,
+            }),
+            Err(e) => {
+                inner.slots.finish(id);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// A server running on its own thread (see [`Server::spawn`]).
 pub struct RunningServer {
     handle: ShutdownHandle,
@@ -112,6 +186,13 @@ impl RunningServer {
     /// A handle to add and remove exports while the server runs.
     pub fn exports(&self) -> Exports {
         Exports {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Opens connections to this server from inside the process.
+    pub fn local_connector(&self) -> LocalConnector {
+        LocalConnector {
             inner: self.inner.clone(),
         }
     }

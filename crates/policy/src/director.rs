@@ -379,11 +379,14 @@ impl Director {
         self.steering = volumes >= 2 || limited;
     }
 
-    /// References over which the hit curves keep half their weight: about
-    /// one cache's worth, so a curve follows a change of workload within a
-    /// few turns of the cache.
+    /// References over which the hit curves keep half their weight: as
+    /// many as the curves reach in blocks ([`sharing::CURVE_REACH`] caches),
+    /// since a reuse distance of `n` blocks takes at least `n` references
+    /// to be seen; a shorter history would read every distance near the
+    /// reach as no reuse. The curves still follow a change of workload
+    /// within a few such spans.
     fn decay_len(&self) -> u64 {
-        (self.replacement.capacity() as u64).max(TARGET_EPOCH)
+        (sharing::CURVE_REACH * self.replacement.capacity() as u64).max(TARGET_EPOCH)
     }
 
     /// Sets every volume's target (see `sharing.rs`); without utility
@@ -403,9 +406,13 @@ impl Director {
     }
 
     /// Records a reference to `oblock` in its volume's hit curve, and ends
-    /// the epoch when it is due.
-    fn note_reference(&mut self, oblock: OriginBlock) {
-        if !self.steering {
+    /// the epoch when it is due. A bypassed reference (a sequential stream
+    /// past the cutoff) is not recorded: it never takes cache space, so
+    /// counting it would stretch the reuse distances of the blocks that do
+    /// (a rescanned stream's first cutoff's worth, kept and hit every pass,
+    /// would look like a loop too long to cache).
+    fn note_reference(&mut self, oblock: OriginBlock, bypass: bool) {
+        if !self.steering || bypass {
             return;
         }
         if self.utility_sharing {
@@ -464,6 +471,13 @@ impl Director {
         let full = self.replacement.len() >= self.replacement.capacity();
         let v = self.volumes.get(volume)?;
         let at_cap = v.share.limits.cap.is_some_and(|c| v.counters.resident >= c);
+        if full && self.utility_sharing && v.share.target == 0 {
+            // The split by utility gives this volume no space: whatever it
+            // would displace is worth more hits than it is. Not caching it
+            // is the split's own answer (its curve still learns from every
+            // reference, so a volume that heats up gets a target again).
+            return Some(None);
+        }
         let donor = if at_cap {
             volume
         } else if full {
@@ -738,7 +752,7 @@ impl Director {
     /// Plans one block of a read IO.
     pub fn plan_read(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) -> ReadPlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
-        self.note_reference(oblock);
+        self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
         if let Some(c) = self.replacement.lookup(oblock) {
             if mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
@@ -800,7 +814,7 @@ impl Director {
         for (b, &c) in blocks.zip(slots) {
             let key = OriginBlock::of(req.volume, b);
             debug_assert_eq!(self.read_hit_slot(key), Some(c), "{key} is no hit on {c}");
-            self.note_reference(key);
+            self.note_reference(key, io.bypass);
             self.record_read_hit(&mut io, key, now);
         }
         self.finish(io);
@@ -842,7 +856,7 @@ impl Director {
     ) -> WritePlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
         debug_assert_eq!(before, self.before(oblock), "{oblock} changed since");
-        self.note_reference(oblock);
+        self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
         if let Some(c) = before.cached {
             let dirty = before.dirty;
@@ -1182,8 +1196,21 @@ mod tests {
     /// with `plan_io`: the same stream must leave both directors alike.
     #[test]
     fn plan_read_hits_decides_as_plan_io() {
+        // A pool of one, and of two volumes (the hits then feed the
+        // sharing's hit curves too).
+        for volumes in [1, 2] {
+            plan_read_hits_as_plan_io(volumes);
+        }
+    }
+
+    fn plan_read_hits_as_plan_io(volumes: u16) {
         let cfg = DirectorConfig::new(64, 4096);
         let (mut by_io, mut by_hits) = (Director::new(&cfg).unwrap(), Director::new(&cfg).unwrap());
+        for v in 1..volumes {
+            for d in [&mut by_io, &mut by_hits] {
+                d.attach_volume(VolumeId(v), cfg.mode, cfg.sequential_cutoff);
+            }
+        }
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut hit_ios = 0;
         for t in 0..20_000u64 {
@@ -1193,8 +1220,9 @@ mod tests {
             // Up to 3 blocks at a skewed place in 160 blocks.
             let first = (x % 160).min(x % 97);
             let len = 4096 * (1 + (x >> 40) % 3);
+            let volume = VolumeId((x >> 20) as u16 % volumes);
             let req = IoRequest {
-                volume: VolumeId(0),
+                volume,
                 offset: first * 4096,
                 len,
                 access: Access::Read,
@@ -1205,7 +1233,7 @@ mod tests {
             by_io.plan_io(&req, now, |_, _, p| plans.push(p));
             let slots: Option<Vec<CacheBlock>> = by_hits
                 .blocks_of(req.offset, req.len)
-                .map(|b| by_hits.read_hit_slot(OriginBlock(b)))
+                .map(|b| by_hits.read_hit_slot(OriginBlock::of(volume, b)))
                 .collect();
             match slots {
                 Some(slots) => {

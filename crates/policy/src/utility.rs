@@ -16,8 +16,9 @@
 //!
 //! Cost per reference: one hash and a compare; a sampled one adds a hash
 //! map lookup and two Fenwick-tree walks. No IO, no clock: references are
-//! the only input, and [`UtilityCurve::decay`] (called once per sharing
-//! epoch) halves the history so the curve follows a changing workload.
+//! the only input, and [`UtilityCurve::decay`] (called by the director
+//! once per [`CURVE_REACH`](crate::sharing::CURVE_REACH) caches' worth of
+//! references) halves the history so the curve follows a changing workload.
 
 use std::collections::{BinaryHeap, HashMap};
 use tiercache_types::OriginBlock;

@@ -29,6 +29,11 @@ fn pool(capacity: u32, replacement: ReplacementKind, utility: bool, volumes: u16
 
 /// Reads block `b` of volume `v`; true on a hit.
 fn read(d: &mut Director, v: u16, b: u64, now: u64) -> bool {
+    read_outcome(d, v, b, now).0
+}
+
+/// Reads block `b` of volume `v`: (a hit, a miss promoted into the cache).
+fn read_outcome(d: &mut Director, v: u16, b: u64, now: u64) -> (bool, bool) {
     let req = IoRequest {
         volume: VolumeId(v),
         offset: b * BS,
@@ -36,11 +41,14 @@ fn read(d: &mut Director, v: u16, b: u64, now: u64) -> bool {
         access: Access::Read,
         volume_size: 1 << 50,
     };
-    let mut hit = false;
+    let mut outcome = (false, false);
     d.plan_io(&req, Time(now), |_, _, plan| {
-        hit = matches!(plan, BlockPlan::Read(ReadPlan::Hit(_)));
+        outcome = (
+            matches!(plan, BlockPlan::Read(ReadPlan::Hit(_))),
+            matches!(plan, BlockPlan::Read(ReadPlan::Promote(_))),
+        );
     });
-    hit
+    outcome
 }
 
 /// A small xorshift generator, so runs repeat exactly.
@@ -81,6 +89,47 @@ fn utility_gives_the_space_to_the_volume_that_gains_from_it() {
     let shared = loop_beside_noise(ReplacementKind::Lru, true);
     assert!(plain < 0.2, "LRU alone: loop hit ratio {plain}");
     assert!(shared > 0.8, "shared by utility: loop hit ratio {shared}");
+}
+
+/// Volume 0 reads uniformly over 3000 blocks (every block of cache it
+/// gets is worth hits), volume 1 uniformly over a million, interleaved, in
+/// a 1000-block LRU cache: the split by utility gives volume 1 nothing.
+/// Once the cache is full a volume given no space stops filling it (each
+/// promotion would displace a block worth more), while its curve still
+/// learns; without utility sharing every miss of volume 1 fills. Returns,
+/// over the second half, volume 0's hit ratio and the share of volume 1's
+/// reads promoted.
+fn noise_beside_a_wide_reader(utility: bool) -> (f64, f64) {
+    let mut d = pool(1000, ReplacementKind::Lru, utility, 2);
+    let mut rng = Rng(0x9e37_79b9);
+    let (mut hits, mut fills, mut reads) = (0, 0, 0);
+    let rounds = 60_000u64;
+    for i in 0..rounds {
+        let hit = read(&mut d, 0, rng.below(3000), 2 * i);
+        let (_, filled) = read_outcome(&mut d, 1, rng.below(1_000_000), 2 * i + 1);
+        if i >= rounds / 2 {
+            hits += hit as u64;
+            fills += filled as u64;
+            reads += 1;
+        }
+    }
+    (hits as f64 / reads as f64, fills as f64 / reads as f64)
+}
+
+#[test]
+fn a_volume_the_split_gives_nothing_fills_nothing() {
+    let (plain_hits, plain_fills) = noise_beside_a_wide_reader(false);
+    let (hits, fills) = noise_beside_a_wide_reader(true);
+    assert!(
+        plain_fills > 0.99,
+        "without utility sharing: {plain_fills} of reads filled"
+    );
+    assert!(fills < 0.01, "shared by utility: {fills} of reads filled");
+    // A third of 3000 blocks fits: the wide reader gets (nearly) it all.
+    assert!(
+        hits > 0.3 && plain_hits < 0.2,
+        "hit ratio {plain_hits} -> {hits}"
+    );
 }
 
 #[test]

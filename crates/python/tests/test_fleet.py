@@ -1,5 +1,6 @@
-"""Fleet sizing on Dask: a LocalCluster of worker processes gives the same
-report as the serial run."""
+"""Fleet sizing on Dask: a LocalCluster of worker processes, or of one
+in-process worker with several threads, gives the same report as the
+serial run."""
 
 import json
 
@@ -45,6 +46,8 @@ def test_local_cluster_equals_serial(tmp_path, fleet_trace):
     serial = run(tmp_path, trace, hosts, "--serial")
     dask = run(tmp_path, trace, hosts, "--workers", "3")
     assert dask == serial
+    assert run(tmp_path, trace, hosts) == serial  # the default: one worker, a thread per core
+    assert run(tmp_path, trace, hosts, "--threads", "3") == serial
     f = serial["fleet"]
     assert (f["volumes"], f["hosts"]) == (VOLUMES, HOSTS)
     assert f["cache_bytes"] == sum(h["cache_bytes"] for h in serial["hosts"])
@@ -83,6 +86,7 @@ def test_several_files_are_read_by_the_workers_and_give_the_same_report(tmp_path
 
     serial = report("--serial")
     assert report("--workers", "3") == serial
+    assert report() == serial
     one_file = run(tmp_path, trace, hosts, "--serial")
     by_name = lambda rep: sorted(rep["volumes"], key=lambda v: v["volume"])
     assert by_name(serial) == by_name(one_file)
@@ -105,3 +109,15 @@ def test_bad_hosts_file(tmp_path):
     p.write_text("# volume,host\nvol1,0,hostA\nnohost\n")
     with pytest.raises(ValueError, match="h.csv:3: expected VOLUME,HOST"):
         fleet.read_hosts(str(p))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--threads", "0"], ["--workers", "0"], ["--workers", "2", "--threads", "2"], ["--serial", "--threads", "2"]],
+)
+def test_contradictory_cluster_options_are_refused(fleet_trace, options, capsys):
+    trace, _ = fleet_trace
+    with pytest.raises(SystemExit) as exit:
+        fleet.main([str(trace), *options])
+    assert exit.value.code == 2
+    assert "expected a number of" in capsys.readouterr().err

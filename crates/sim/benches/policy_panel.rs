@@ -30,6 +30,8 @@
 //! `../shared/traces` from the workspace root; the bench fails if it is
 //! missing, and skips with a message a trace folder that is missing),
 //! `POLICY_PANEL_ONLY` (comma-separated trace names to run),
+//! `POLICY_PANEL_SIZES` (comma-separated cache sizes in % of the footprint
+//! instead of 1,5,10,25,50),
 //! `POLICY_PANEL_THREADS` (worker threads, default 2).
 
 use std::collections::HashSet;
@@ -48,6 +50,8 @@ const TRACES: [&str; 4] = [
     "tencent-cbs-sample",
 ];
 const BLOCK_SIZES: [u32; 2] = [4096, 65536];
+/// The panel's cache sizes, in % of the footprint (`POLICY_PANEL_SIZES`
+/// replaces them).
 const SIZE_PCTS: [u32; 5] = [1, 5, 10, 25, 50];
 /// The policies besides the default, all with `always` admission.
 const POLICIES: [&str; 6] = ["lru", "fifo", "s3fifo", "arc", "sieve", "smq"];
@@ -135,13 +139,27 @@ fn footprint(path: &Path, block_size: u32) -> u64 {
     seen.len() as u64
 }
 
+/// The cache sizes to run, in % of the footprint: `POLICY_PANEL_SIZES`
+/// (comma-separated, e.g. `2,15,35`: sizes the panel's table does not
+/// show, to check that a change holds beyond them), else [`SIZE_PCTS`].
+fn size_pcts() -> Vec<u32> {
+    match std::env::var("POLICY_PANEL_SIZES") {
+        Ok(v) => v
+            .split(',')
+            .map(|p| match p.trim().parse() {
+                Ok(p) if (1..=100).contains(&p) => p,
+                _ => panic!("POLICY_PANEL_SIZES: {p:?} is not a percentage from 1 to 100"),
+            })
+            .collect(),
+        Err(_) => SIZE_PCTS.to_vec(),
+    }
+}
+
 fn run_one(name: &str, path: &Path, block_size: u32, threads: usize) -> RunResult {
     let t0 = Instant::now();
     let fp = footprint(path, block_size);
-    let blocks: Vec<u64> = SIZE_PCTS
-        .iter()
-        .map(|&p| (fp * p as u64 / 100).max(1))
-        .collect();
+    let pcts = size_pcts();
+    let blocks: Vec<u64> = pcts.iter().map(|&p| (fp * p as u64 / 100).max(1)).collect();
     let default = parse_policy("default").expect("the default policy");
     let mut named: Vec<(String, PolicyConfig)> = vec![("default".into(), default)];
     for p in POLICIES {
@@ -215,7 +233,7 @@ fn run_one(name: &str, path: &Path, block_size: u32, threads: usize) -> RunResul
             ));
         }
         sizes.push(SizeResult {
-            pct: SIZE_PCTS[i],
+            pct: pcts[i],
             blocks: b,
             cells,
         });

@@ -1,7 +1,8 @@
 """Fleet sizing: how much cache each host needs for a target hit ratio.
 
 Every volume's LRU miss-ratio curve is computed as its own task on Dask
-``distributed`` (an embedded LocalCluster of worker processes by default,
+``distributed`` (by default an embedded LocalCluster of one in-process worker
+with a thread per core, ``--workers N`` for N worker processes instead,
 ``--scheduler ADDRESS`` for a running cluster, ``--serial`` for none), each
 task running the simulator's MRC (``tiercache.mrc``) on that volume alone.
 The report is then put together here:
@@ -213,9 +214,18 @@ def _client(args):
 
     if args.scheduler:
         return Client(args.scheduler), None
-    cluster = LocalCluster(
-        n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None
-    )
+    if args.workers is None:
+        # One worker in this process: no worker start-up, nothing pickled.
+        # The simulator releases the GIL while it parses and replays, so
+        # the threads run the tasks in parallel.
+        threads = args.threads or os.cpu_count() or 1
+        cluster = LocalCluster(
+            n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=None
+        )
+    else:
+        cluster = LocalCluster(
+            n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
     return Client(cluster), cluster
 
 
@@ -231,9 +241,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler", help="address of a running Dask scheduler")
     g.add_argument("--serial", action="store_true", help="no Dask: one volume after another")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="LocalCluster worker processes")
+    p.add_argument("--workers", type=int, help="a LocalCluster of this many worker processes")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="threads of the default LocalCluster's one in-process worker (default: one per core)",
+    )
     p.add_argument("--out", help="write the report as JSON here")
     args = p.parse_args(argv)
+    if args.threads is not None and (args.threads < 1 or args.serial or args.scheduler or args.workers):
+        p.error("--threads: expected a number of threads >= 1, without --serial, --scheduler or --workers")
+    if args.workers is not None and (args.workers < 1 or args.serial or args.scheduler):
+        p.error("--workers: expected a number of processes >= 1, without --serial or --scheduler")
     if not 0.0 < args.target <= 1.0:
         p.error(f"--target {args.target}: expected a hit ratio in (0, 1]")
     sizes = _sizes(args.cache_sizes)
