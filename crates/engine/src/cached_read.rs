@@ -3,13 +3,13 @@
 //! pins, the caller reads the pieces.
 
 use crate::locks;
+use crate::read::INLINE_BLOCKS;
 use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::Engine;
+use smallvec::SmallVec;
 use std::sync::Arc;
-use tiercache_policy::director::ReadPlan;
-use tiercache_policy::BlockPlan;
-use tiercache_types::{Access, CacheBlock};
+use tiercache_types::CacheBlock;
 
 /// A cache hit being read by the caller (see [`Engine::begin_cached_read`]):
 /// until it is finished or dropped, the range cannot be written and its
@@ -18,7 +18,7 @@ pub struct CachedRange<'a> {
     engine: &'a Engine,
     volume: Arc<Volume>,
     _locked: locks::StripeGuard<'a>,
-    pinned: Vec<CacheBlock>,
+    pinned: SmallVec<[CacheBlock; INLINE_BLOCKS]>,
     /// The cache device's file.
     pub fd: std::os::fd::RawFd,
     /// (offset on the cache device, offset in the caller's buffer, bytes),
@@ -84,32 +84,19 @@ impl Engine {
         let locked = self.locks.try_shared(vol.keys(blocks.clone()))?;
         vol.check_attached().ok()?;
         let now = self.clock.now();
-        let mut pinned = Vec::with_capacity((blocks.end - blocks.start) as usize);
-        let mut d = self.director.lock();
-        if !self.all_ready_hits(&vol, &d, blocks.clone()) {
-            return None;
-        }
-        IoCounters::add(&vol.io.read_bytes, len);
-        self.note_client_io(now);
-        let mut pieces = Vec::with_capacity(pinned.capacity());
-        d.plan_io(
-            &vol.request(offset, len, Access::Read),
-            now,
-            |b, _, plan| {
-                // Every block was checked a ready hit in this critical section,
-                // so the plan is a hit and the pin holds.
-                match plan {
-                    BlockPlan::Read(ReadPlan::Hit(c)) if self.slots.try_pin(c) => {
-                        pinned.push(c);
-                        let (dev_off, buf_off, n) = vol.piece(b, offset, len);
-                        let within = dev_off - b * self.block_size;
-                        pieces.push((self.slot_offset(c) + within, buf_off, n));
-                    }
-                    _ => unreachable!("a ready hit planned as something else"),
-                }
-            },
-        );
-        drop(d);
+        let pinned = {
+            let mut d = self.director.lock();
+            self.plan_ready_hits(&vol, &mut d, offset, len, now)?
+        };
+        self.count_ready_hits(&vol, len, now);
+        let pieces = blocks
+            .zip(&pinned)
+            .map(|(b, &c)| {
+                let (dev_off, buf_off, n) = vol.piece(b, offset, len);
+                let within = dev_off - b * self.block_size;
+                (self.slot_offset(c) + within, buf_off, n)
+            })
+            .collect();
         Some(CachedRange {
             engine: self,
             volume: vol,

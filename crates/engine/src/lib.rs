@@ -18,7 +18,8 @@
 //! the front end itself (`cached_read.rs`); writes and trims (`write.rs`);
 //! flushes (`flush.rs`); the pool's volumes and their handles (`pool.rs`); slot fills (`fill.rs`); writeback (`writeback.rs`)
 //! and the background [`Cleaner`] (`cleaner.rs`); device errors
-//! (`failure.rs`); persistence (`persist.rs`, `claims.rs`, and the lazy check of
+//! (`failure.rs`); the thread's buffer for whole blocks read by promotions
+//! and writeback (`scratch.rs`); persistence (`persist.rs`, `claims.rs`, and the lazy check of
 //! restored blocks, `verify.rs`); the locks that
 //! order concurrent IO (`locks.rs`, `slot_state.rs`); counters
 //! (`stats.rs`); recording the requests served (`recorder.rs`,
@@ -37,6 +38,7 @@ mod persist;
 mod pool;
 mod read;
 mod recorder;
+mod scratch;
 mod slot_state;
 mod stats;
 mod trace_ring;

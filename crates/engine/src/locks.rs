@@ -6,6 +6,7 @@
 //! anything, so lock order is global and there is no deadlock.
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use smallvec::SmallVec;
 
 /// Number of stripes. Consecutive blocks fall on consecutive stripes.
 pub const STRIPES: usize = 4096;
@@ -14,10 +15,14 @@ pub struct StripeLocks {
     stripes: Vec<RwLock<()>>,
 }
 
+/// Stripes an IO of up to this many blocks locks without a heap
+/// allocation (a 4 KiB IO touches one block, one of up to a block size two).
+const INLINE: usize = 4;
+
 /// Guards for every stripe of one IO; dropping it unlocks.
 pub enum StripeGuard<'a> {
-    Shared(#[allow(dead_code)] Vec<RwLockReadGuard<'a, ()>>),
-    Exclusive(#[allow(dead_code)] Vec<RwLockWriteGuard<'a, ()>>),
+    Shared(#[allow(dead_code)] SmallVec<[RwLockReadGuard<'a, ()>; INLINE]>),
+    Exclusive(#[allow(dead_code)] SmallVec<[RwLockWriteGuard<'a, ()>; INLINE]>),
 }
 
 impl StripeLocks {
@@ -27,13 +32,17 @@ impl StripeLocks {
         }
     }
 
-    fn indices(blocks: std::ops::Range<u64>) -> Vec<usize> {
+    /// The stripes of `blocks`, ascending, each once.
+    fn indices(blocks: std::ops::Range<u64>) -> SmallVec<[usize; INLINE]> {
         if blocks.end - blocks.start >= STRIPES as u64 {
             return (0..STRIPES).collect();
         }
-        let mut v: Vec<usize> = blocks.map(|b| (b % STRIPES as u64) as usize).collect();
-        v.sort_unstable();
-        v.dedup();
+        let mut v: SmallVec<[usize; INLINE]> =
+            blocks.map(|b| (b % STRIPES as u64) as usize).collect();
+        if v.len() > 1 {
+            v.sort_unstable();
+            v.dedup();
+        }
         v
     }
 
@@ -50,7 +59,7 @@ impl StripeLocks {
     /// Locks the stripes of `blocks` for reading if none of them is locked
     /// for writing (or waited for by a writer); None instead of waiting.
     pub fn try_shared(&self, blocks: std::ops::Range<u64>) -> Option<StripeGuard<'_>> {
-        let mut guards = Vec::new();
+        let mut guards = SmallVec::new();
         for i in Self::indices(blocks) {
             guards.push(self.stripes[i].try_read()?);
         }

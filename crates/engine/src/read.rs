@@ -3,15 +3,20 @@
 //! blocks the policy admits.
 
 use crate::locks;
+use crate::scratch::RunBuf;
 use crate::slot_state::FillTicket;
 use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
-use tiercache_device::AlignedBuf;
+use smallvec::SmallVec;
 use tiercache_policy::director::ReadPlan;
 use tiercache_policy::BlockPlan;
 use tiercache_policy::Director;
-use tiercache_types::{Access, CacheBlock};
+use tiercache_types::{Access, CacheBlock, Time};
+
+/// Blocks an IO may touch before its per-block plans spill to the heap (a
+/// 4 KiB IO touches one block, one of up to a block size two).
+pub(crate) const INLINE_BLOCKS: usize = 4;
 
 /// What to do with one block of a read, once planned.
 #[derive(Clone, Copy, Debug)]
@@ -74,20 +79,46 @@ impl Engine {
         self.read_locked(vol, offset, buf, locked, true)
     }
 
-    /// Whether every block of `blocks` is a read hit on a slot that holds
-    /// its data (not being filled, not waiting for the check of a block
-    /// restored after a crash: `verify.rs`). Call with the director locked; the
-    /// answer holds for as long as it stays locked.
-    pub(crate) fn all_ready_hits(
+    /// Plans the read of `offset..offset + len` on `vol` if every block of
+    /// it is a read hit on a slot that holds its data (not being filled,
+    /// not waiting for the check of a block restored after a crash:
+    /// `verify.rs`): pins those slots and records the hits with the
+    /// director ([`Director::plan_read_hits`], the decisions
+    /// `plan_io` would take, one lookup per block). Returns the slots in
+    /// block order; None, having changed nothing, when some block is no
+    /// ready hit. Call with the range's stripes locked shared and the
+    /// director locked (`d`); on Some, call [`Engine::count_ready_hits`]
+    /// (after unlocking the director: the counters are atomics).
+    pub(crate) fn plan_ready_hits(
         &self,
         vol: &Volume,
-        d: &Director,
-        mut blocks: std::ops::Range<u64>,
-    ) -> bool {
-        blocks.all(|b| {
-            d.read_hit_slot(vol.key(b))
-                .is_some_and(|c| self.slots.is_ready(c) && !self.claims.is_unverified(c))
-        })
+        d: &mut Director,
+        offset: u64,
+        len: u64,
+        now: Time,
+    ) -> Option<SmallVec<[CacheBlock; INLINE_BLOCKS]>> {
+        let slots = vol
+            .blocks_of(offset, len)
+            .map(|b| {
+                d.read_hit_slot(vol.key(b))
+                    .filter(|&c| self.slots.is_ready(c) && !self.claims.is_unverified(c))
+            })
+            .collect::<Option<SmallVec<[CacheBlock; INLINE_BLOCKS]>>>()?;
+        for &c in &slots {
+            // Ready under the director, and only the director's holder
+            // marks a slot filling: the pin holds.
+            let pinned = self.slots.try_pin(c);
+            assert!(pinned, "a ready slot refused its pin");
+        }
+        d.plan_read_hits(&vol.request(offset, len, Access::Read), now, &slots);
+        Some(slots)
+    }
+
+    /// Counts a read planned by [`Engine::plan_ready_hits`] (its bytes as
+    /// read; as hit bytes once read).
+    pub(crate) fn count_ready_hits(&self, vol: &Volume, len: u64, now: Time) {
+        IoCounters::add(&vol.io.read_bytes, len);
+        self.note_client_io(now);
     }
 
     /// The read with the range's stripes locked shared. With
@@ -109,12 +140,15 @@ impl Engine {
         let blocks = vol.blocks_of(offset, len);
         let now = self.clock.now();
         let first = blocks.start;
-        let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
-        {
+        let mut steps: SmallVec<[ReadStep; INLINE_BLOCKS]> = SmallVec::new();
+        if only_if_cached {
             let mut d = self.director.lock();
-            if only_if_cached && !self.all_ready_hits(vol, &d, blocks.clone()) {
-                return None;
-            }
+            let slots = self.plan_ready_hits(vol, &mut d, offset, len, now)?;
+            drop(d);
+            self.count_ready_hits(vol, len, now);
+            steps = slots.into_iter().map(ReadStep::Cache).collect();
+        } else {
+            let mut d = self.director.lock();
             IoCounters::add(&vol.io.read_bytes, len);
             self.note_client_io(now);
             d.plan_io(
@@ -220,8 +254,9 @@ impl Engine {
         // Promotions need whole blocks: read the run's full blocks once.
         let full_start = b0 * self.block_size;
         let full_end = vol.block_span(b1).1;
-        let mut tmp = AlignedBuf::new((full_end - full_start) as usize);
-        if let Err(e) = vol.backing.read_at(&mut tmp, full_start) {
+        let full = (full_end - full_start) as usize;
+        let mut tmp = RunBuf::take(full);
+        if let Err(e) = vol.backing.read_at(&mut tmp[..full], full_start) {
             for (k, step) in steps.iter().enumerate() {
                 if let ReadStep::Promote(c, t) = *step {
                     self.end_fill(vol, b0 + k as u64, c, t, None);

@@ -4,10 +4,12 @@
 //! needs for crash safety).
 
 use crate::claims;
+use crate::read::INLINE_BLOCKS;
 use crate::slot_state::FillTicket;
 use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
+use smallvec::SmallVec;
 use tiercache_policy::director::WritePlan;
 use tiercache_policy::BlockPlan;
 use tiercache_types::{Access, CacheBlock};
@@ -49,7 +51,7 @@ impl Engine {
         let now = self.clock.now();
         self.note_client_io(now);
         let first = blocks.start;
-        let mut steps = Vec::with_capacity((blocks.end - blocks.start) as usize);
+        let mut steps: SmallVec<[WriteStep; INLINE_BLOCKS]> = SmallVec::new();
         {
             let mut d = self.director.lock();
             // A mapped slot found not ready (cannot happen: the block's

@@ -2,54 +2,11 @@
 //! backing-device order, flushed, claimed clean, then marked clean.
 
 use crate::claims;
+use crate::scratch::RunBuf;
 use crate::stats::IoCounters;
 use crate::{Engine, EngineError, Result};
-use tiercache_device::AlignedBuf;
 use tiercache_policy::writeback::choose_writeback;
 use tiercache_types::{CacheBlock, OriginBlock};
-
-thread_local! {
-    /// A cleaning thread's buffer for runs of blocks, kept between runs: a
-    /// fresh one (up to 4 MiB) per run would cost its page faults and
-    /// zeroing every time.
-    static RUN_BUF: std::cell::Cell<Option<AlignedBuf>> = const { std::cell::Cell::new(None) };
-}
-
-/// The thread's run buffer while a run is cleaned; back in [`RUN_BUF`]
-/// when dropped (early returns included).
-struct RunBuf(Option<AlignedBuf>);
-
-impl RunBuf {
-    /// The thread's buffer, grown to at least `len` bytes (its bytes are
-    /// whatever the last run left there).
-    fn take(len: usize) -> RunBuf {
-        let buf = RUN_BUF
-            .with(|b| b.take())
-            .filter(|b| b.len() >= len)
-            .unwrap_or_else(|| AlignedBuf::new(len));
-        RunBuf(Some(buf))
-    }
-}
-
-impl std::ops::Deref for RunBuf {
-    type Target = AlignedBuf;
-    fn deref(&self) -> &AlignedBuf {
-        self.0.as_ref().expect("present until dropped")
-    }
-}
-
-impl std::ops::DerefMut for RunBuf {
-    fn deref_mut(&mut self) -> &mut AlignedBuf {
-        self.0.as_mut().expect("present until dropped")
-    }
-}
-
-impl Drop for RunBuf {
-    fn drop(&mut self) {
-        let buf = self.0.take();
-        RUN_BUF.with(|b| b.set(buf));
-    }
-}
 
 impl Engine {
     /// Writes back up to `max_blocks` dirty blocks, in backing-device order,

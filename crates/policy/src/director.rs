@@ -648,11 +648,8 @@ impl Director {
                     let bstart = b * bs;
                     let bend = bstart.saturating_add(bs).min(req.volume_size);
                     let full = req.offset <= bstart && end >= bend;
-                    let before = Before {
-                        cached: self.replacement.lookup(key),
-                        dirty: self.replacement.is_dirty(key),
-                    };
-                    let plan = self.plan_write(&mut io, key, full, now);
+                    let before = self.before(key);
+                    let plan = self.plan_write_from(&mut io, key, full, now, before);
                     each(b, before, BlockPlan::Write(plan));
                 }
             }
@@ -763,10 +760,7 @@ impl Director {
                 io.misses += 1;
                 return ReadPlan::Miss;
             }
-            self.count(io.volume, |c| c.read_hits += 1);
-            io.hits += 1;
-            self.replacement.touch(oblock, Access::Read, now);
-            self.admission.on_hit(oblock, now);
+            self.record_read_hit(io, oblock, now);
             return ReadPlan::Hit(c);
         }
         self.count(io.volume, |c| c.read_misses += 1);
@@ -791,6 +785,42 @@ impl Director {
         }
     }
 
+    /// What a read hit on `oblock` changes (after its reference was noted):
+    /// the counters, the replacement's and the admission's state. The one
+    /// place a read hit is recorded, for [`Director::plan_read`] and
+    /// [`Director::plan_read_hits`] alike.
+    fn record_read_hit(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) {
+        self.count(io.volume, |c| c.read_hits += 1);
+        io.hits += 1;
+        self.replacement.touch(oblock, Access::Read, now);
+        self.admission.on_hit(oblock, now);
+    }
+
+    /// Plans a read IO every block of which is a hit: `slots[i]` is the
+    /// slot [`Director::read_hit_slot`] gave for the IO's `i`-th block, in
+    /// the same critical section (nothing changed the director between).
+    /// Takes exactly the decisions [`Director::plan_io`] takes for `req`
+    /// (every block a [`ReadPlan::Hit`] on those slots), with one lookup
+    /// per block (the caller's) instead of two: the live engine's hit path.
+    pub fn plan_read_hits(&mut self, req: &IoRequest, now: Time, slots: &[CacheBlock]) -> IoPlan {
+        assert_eq!(req.access, Access::Read, "a write planned as read hits");
+        let blocks = self.blocks_of(req.offset, req.len);
+        assert_eq!(
+            blocks.end - blocks.start,
+            slots.len() as u64,
+            "one slot per block of the IO"
+        );
+        let mut io = self.begin(req.volume, req.offset, req.len, req.access, now);
+        for (b, &c) in blocks.zip(slots) {
+            let key = OriginBlock::of(req.volume, b);
+            debug_assert_eq!(self.read_hit_slot(key), Some(c), "{key} is no hit on {c}");
+            self.note_reference(key, io.bypass);
+            self.record_read_hit(&mut io, key, now);
+        }
+        self.finish(io);
+        io
+    }
+
     /// Plans one block of a write IO. `full_block` says whether the write
     /// covers the whole block (only then may a new slot be allocated, since
     /// nothing else would fill the rest of it).
@@ -801,11 +831,35 @@ impl Director {
         full_block: bool,
         now: Time,
     ) -> WritePlan {
+        let before = self.before(oblock);
+        self.plan_write_from(io, oblock, full_block, now, before)
+    }
+
+    /// Where `oblock` is cached and whether it is dirty, with one lookup.
+    fn before(&self, oblock: OriginBlock) -> Before {
+        let cached = self.replacement.lookup(oblock);
+        Before {
+            cached,
+            dirty: cached.is_some_and(|c| self.replacement.slots().is_dirty(c)),
+        }
+    }
+
+    /// [`Director::plan_write`] of a block found as `before` (the caller's
+    /// [`Director::before`] of it, just now).
+    fn plan_write_from(
+        &mut self,
+        io: &mut IoPlan,
+        oblock: OriginBlock,
+        full_block: bool,
+        now: Time,
+        before: Before,
+    ) -> WritePlan {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
+        debug_assert_eq!(before, self.before(oblock), "{oblock} changed since");
         self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
-        if let Some(c) = self.replacement.lookup(oblock) {
-            let dirty = self.replacement.is_dirty(oblock);
+        if let Some(c) = before.cached {
+            let dirty = before.dirty;
             let plan = match mode {
                 CacheMode::WriteBack if !io.bypass || dirty => {
                     if !dirty {
@@ -1136,6 +1190,76 @@ mod tests {
         d.plan_read(&mut io, OriginBlock(1), Time(5));
         d.finish(io);
         assert_eq!(d.counters().read_partial_hit_ios, 1);
+    }
+
+    /// The engine plans all-hit reads with `plan_read_hits`, the simulator
+    /// with `plan_io`: the same stream must leave both directors alike.
+    #[test]
+    fn plan_read_hits_decides_as_plan_io() {
+        // A pool of one, and of two volumes (the hits then feed the
+        // sharing's hit curves too).
+        for volumes in [1, 2] {
+            plan_read_hits_as_plan_io(volumes);
+        }
+    }
+
+    fn plan_read_hits_as_plan_io(volumes: u16) {
+        let cfg = DirectorConfig::new(64, 4096);
+        let (mut by_io, mut by_hits) = (Director::new(&cfg).unwrap(), Director::new(&cfg).unwrap());
+        for v in 1..volumes {
+            for d in [&mut by_io, &mut by_hits] {
+                d.attach_volume(VolumeId(v), cfg.mode, cfg.sequential_cutoff);
+            }
+        }
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut hit_ios = 0;
+        for t in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Up to 3 blocks at a skewed place in 160 blocks.
+            let first = (x % 160).min(x % 97);
+            let len = 4096 * (1 + (x >> 40) % 3);
+            let volume = VolumeId((x >> 20) as u16 % volumes);
+            let req = IoRequest {
+                volume,
+                offset: first * 4096,
+                len,
+                access: Access::Read,
+                volume_size: u64::MAX,
+            };
+            let now = Time(t * 1000);
+            let mut plans = Vec::new();
+            by_io.plan_io(&req, now, |_, _, p| plans.push(p));
+            let slots: Option<Vec<CacheBlock>> = by_hits
+                .blocks_of(req.offset, req.len)
+                .map(|b| by_hits.read_hit_slot(OriginBlock::of(volume, b)))
+                .collect();
+            match slots {
+                Some(slots) => {
+                    hit_ios += 1;
+                    by_hits.plan_read_hits(&req, now, &slots);
+                    let hits: Vec<_> = slots
+                        .iter()
+                        .map(|&c| BlockPlan::Read(ReadPlan::Hit(c)))
+                        .collect();
+                    assert_eq!(plans, hits, "IO {t}");
+                }
+                None => {
+                    let mut other = Vec::new();
+                    by_hits.plan_io(&req, now, |_, _, p| other.push(p));
+                    assert_eq!(plans, other, "IO {t}");
+                }
+            }
+            assert_eq!(by_io.counters(), by_hits.counters(), "IO {t}");
+        }
+        assert!(hit_ios > 5_000, "only {hit_ios} all-hit IOs");
+        let resident = |d: &Director| {
+            let mut v = Vec::new();
+            d.for_each_resident(&mut |o, c, dirty| v.push((o, c, dirty, d.hint(o))));
+            v
+        };
+        assert_eq!(resident(&by_io), resident(&by_hits));
     }
 
     #[test]
