@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # python3-venv: scripts/python-deps.sh makes .venv with `python3 -m venv`.
 # libclang-dev: libublk-rs-sys (the ublk front end, crates/ublk) generates its kernel bindings with bindgen.
-packages=(fio libnbd-bin nbdkit qemu-utils e2fsprogs python3-libnbd fuse3 git util-linux pkg-config libfontconfig1-dev fonts-dejavu-core libclang-dev libssl-dev openssl python3-venv)
+# valgrind: the engine's hit_path benchmark counts instructions per IO with callgrind.
+packages=(fio libnbd-bin nbdkit qemu-utils e2fsprogs python3-libnbd fuse3 git util-linux pkg-config libfontconfig1-dev fonts-dejavu-core libclang-dev libssl-dev openssl python3-venv valgrind)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
