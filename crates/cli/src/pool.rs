@@ -8,7 +8,40 @@ use anyhow::{Context, Result};
 use std::sync::Arc;
 use tiercache_engine::Engine;
 use tiercache_nbd::{ExportEntry, Exports};
-use tiercache_types::CacheMode;
+use tiercache_types::{CacheMode, VolumeId};
+
+/// A volume just attached to a running pool's engine, not yet served.
+pub(crate) struct NewVolume {
+    pub id: VolumeId,
+    /// Bytes of its backing device.
+    pub size: u64,
+    pub export: VolumeExport,
+}
+
+impl NewVolume {
+    /// Opens `backing` (refused if it is the cache device, `cache`) and
+    /// attaches it to `engine` as volume `name` with the pool's mode and
+    /// sequential cutoff for new volumes. The caller serves the export, or
+    /// detaches the volume again if it cannot.
+    pub(crate) fn attach(
+        engine: &Arc<Engine>,
+        cache: &str,
+        name: &str,
+        backing: &str,
+        mode: CacheMode,
+        sequential_cutoff: u64,
+    ) -> Result<NewVolume> {
+        crate::devices::ensure_distinct(backing, cache)?;
+        let device = crate::devices::open(backing).context("backing device")?;
+        let size = device.size();
+        let id = engine.attach_volume(name, backing, device, mode, sequential_cutoff)?;
+        let export = VolumeExport {
+            volume: engine.volume_handle(id)?,
+            rotational: backing.starts_with("hdd:"),
+        };
+        Ok(NewVolume { id, size, export })
+    }
+}
 
 /// The engine and the NBD exports of a running pool.
 pub struct NbdPool {
@@ -26,16 +59,14 @@ impl PoolControl for NbdPool {
         if ublk_id.is_some() {
             anyhow::bail!("ublk-id= is for a server serving over ublk (--ublk)");
         }
-        crate::devices::ensure_distinct(backing, &self.cache)?;
-        let device = crate::devices::open(backing).context("backing device")?;
-        let size = device.size();
-        let id =
-            self.engine
-                .attach_volume(name, backing, device, self.mode, self.sequential_cutoff)?;
-        let export = VolumeExport {
-            volume: self.engine.volume_handle(id)?,
-            rotational: backing.starts_with("hdd:"),
-        };
+        let NewVolume { id, size, export } = NewVolume::attach(
+            &self.engine,
+            &self.cache,
+            name,
+            backing,
+            self.mode,
+            self.sequential_cutoff,
+        )?;
         if let Err(e) = self
             .exports
             .add_export(ExportEntry::new(name, Arc::new(export)))

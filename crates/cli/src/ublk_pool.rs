@@ -6,9 +6,9 @@
 //! its dirty blocks back and frees its slots.
 
 use crate::control::PoolControl;
-use crate::export::VolumeExport;
+use crate::pool::NewVolume;
 use crate::ublk::UblkFrontEnd;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::sync::Arc;
 use tiercache_engine::Engine;
 use tiercache_types::CacheMode;
@@ -26,16 +26,14 @@ pub struct UblkPool {
 
 impl PoolControl for UblkPool {
     fn attach(&self, name: &str, backing: &str, ublk_id: Option<u32>) -> Result<String> {
-        crate::devices::ensure_distinct(backing, &self.cache)?;
-        let device = crate::devices::open(backing).context("backing device")?;
-        let size = device.size();
-        let id =
-            self.engine
-                .attach_volume(name, backing, device, self.mode, self.sequential_cutoff)?;
-        let export = VolumeExport {
-            volume: self.engine.volume_handle(id)?,
-            rotational: backing.starts_with("hdd:"),
-        };
+        let NewVolume { id, size, export } = NewVolume::attach(
+            &self.engine,
+            &self.cache,
+            name,
+            backing,
+            self.mode,
+            self.sequential_cutoff,
+        )?;
         let path = match self
             .devices
             .add(Some(name.to_string()), Arc::new(export), ublk_id)

@@ -31,34 +31,27 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `serve --cache mem:8M ARGS` is refused, saying `expected`.
+fn refused(args: &[&str], expected: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = vec!["--cache", "mem:8M"];
+    all.extend_from_slice(args);
+    let e = stderr(&serve(&all, dir.path()));
+    assert!(e.contains(expected), "serve {args:?}: {e}");
+}
+
 #[test]
 fn a_device_number_per_volume_needs_ublk() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = serve(
-        &[
-            "--cache",
-            "mem:8M",
-            "--volume",
-            "a=mem:4M,ublk-id=3",
-            "--volume",
-            "b=mem:4M",
-        ],
-        dir.path(),
-    );
-    assert!(
-        stderr(&out).contains("ublk-id=N goes with --ublk"),
-        "{}",
-        stderr(&out)
+    refused(
+        &["--volume", "a=mem:4M,ublk-id=3", "--volume", "b=mem:4M"],
+        "ublk-id=N goes with --ublk",
     );
 }
 
 #[test]
 fn one_device_number_for_a_whole_pool_is_refused_with_the_per_volume_form() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = serve(
+    refused(
         &[
-            "--cache",
-            "mem:8M",
             "--ublk",
             "--ublk-id",
             "3",
@@ -67,48 +60,27 @@ fn one_device_number_for_a_whole_pool_is_refused_with_the_per_volume_form() {
             "--volume",
             "b=mem:4M",
         ],
-        dir.path(),
+        "--volume NAME=BACKING,ublk-id=N",
     );
-    let e = stderr(&out);
-    assert!(e.contains("--volume NAME=BACKING,ublk-id=N"), "{e}");
 }
 
 #[test]
 fn two_volumes_may_not_ask_for_the_same_device() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = serve(
+    refused(
         &[
-            "--cache",
-            "mem:8M",
             "--ublk",
             "--volume",
             "a=mem:4M,ublk-id=5",
             "--volume",
             "b=mem:4M,ublk-id=5",
         ],
-        dir.path(),
-    );
-    assert!(
-        stderr(&out).contains("ublk-id=5 is given to two volumes"),
-        "{}",
-        stderr(&out)
+        "ublk-id=5 is given to two volumes",
     );
 }
 
 #[test]
 fn a_bad_device_number_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = serve(
-        &[
-            "--cache",
-            "mem:8M",
-            "--ublk",
-            "--volume",
-            "a=mem:4M,ublk-id=x",
-        ],
-        dir.path(),
-    );
-    assert!(stderr(&out).contains("ublk-id=x"), "{}", stderr(&out));
+    refused(&["--ublk", "--volume", "a=mem:4M,ublk-id=x"], "ublk-id=x");
 }
 
 #[cfg(feature = "ublk")]
