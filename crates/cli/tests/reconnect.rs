@@ -121,8 +121,10 @@ fn libnbd_client_reconnects_and_resends_across_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = serve(dir.path());
     // A request that fails because the connection died (the handle is
-    // dead) is re-sent on a new connection; any other failure (an error
-    // reply from the server) fails the script.
+    // dead, or closed: a server killed between two requests leaves libnbd
+    // an orderly EOF, and the next request fails with ENOTCONN) is re-sent
+    // on a new connection; any other failure (an error reply from the
+    // server) fails the script.
     let script = format!(
         "import nbd, sys, time\n\
          {PY_CHUNK}\
@@ -144,7 +146,7 @@ fn libnbd_client_reconnects_and_resends_across_kill_9() {
          \x20       try:\n\
          \x20           return f(h)\n\
          \x20       except nbd.Error:\n\
-         \x20           if not h.aio_is_dead(): raise\n\
+         \x20           if not (h.aio_is_dead() or h.aio_is_closed()): raise\n\
          \x20           reconnects += 1\n\
          \x20           h = connect()\n\
          for i in range({CHUNKS}):\n\
