@@ -78,19 +78,33 @@ def test_several_files_are_read_by_the_workers_and_give_the_same_report(tmp_path
         f.write_text("".join(l for l in lines if int(l.split(",")[1][3:]) % 3 == part))
         files.append(f)
 
-    def report(*mode):
-        out = tmp_path / f"files{'-'.join(mode)}.json"
-        assert fleet.main([*map(str, files), "--hosts", str(hosts), "--cache-sizes", "64K..8M",
+    def report(*mode, names=files):
+        out = tmp_path / f"files{'-'.join(mode)}{len(str(names[0]))}.json"
+        assert fleet.main([*map(str, names), "--hosts", str(hosts), "--cache-sizes", "64K..8M",
                            "--target", "0.7", "--out", str(out), *mode]) == 0
         return json.loads(out.read_text())
 
     serial = report("--serial")
     assert report("--workers", "3") == serial
     assert report() == serial
+    # As object URLs, each worker fetches its own (no shared file system).
+    urls = [f.as_uri() for f in files]
+    assert report("--workers", "3", names=urls) == serial
     one_file = run(tmp_path, trace, hosts, "--serial")
     by_name = lambda rep: sorted(rep["volumes"], key=lambda v: v["volume"])
     assert by_name(serial) == by_name(one_file)
     assert serial["fleet"] == one_file["fleet"]
+
+
+def test_a_trace_by_url_is_named_and_read_as_its_file(tmp_path, msr_trace):
+    path, _ = msr_trace
+    plain = fleet.split_trace(str(path))
+    by_url = fleet.split_trace(path.as_uri())
+    assert [v for v, _ in by_url] == [v for v, _ in plain]
+    for (_, a), (_, b) in zip(plain, by_url):
+        assert all((a[k] == b[k]).all() for k in a)
+    with pytest.raises(FileNotFoundError):
+        fleet.split_trace((tmp_path / "missing.csv").as_uri())
 
 
 def test_curves_are_the_volumes_own(fleet_trace):

@@ -74,6 +74,33 @@ def split_volumes(paths: Iterable[str], format: Optional[str] = None) -> list:
     return out
 
 
+def is_url(path: str) -> bool:
+    """True for an object URL (``scheme://...``) rather than a file path."""
+    return "://" in str(path)
+
+
+def split_trace(path: str, format: Optional[str] = None) -> list:
+    """``split_volumes`` of one trace given by a path or by an object URL
+    (anything fsspec opens: ``file://``, ``http(s)://``, ``s3://`` with s3fs
+    installed, ...). A URL is copied to a temporary file of the same name
+    where this runs (so a volume without a name is still named after its
+    file, and a ``.zst`` or ``.gz`` ending still says how it is
+    compressed), read, and removed."""
+    if not is_url(path):
+        return split_volumes([path], format)
+    import shutil
+    import tempfile
+
+    import fsspec
+
+    name = os.path.basename(str(path).split("://", 1)[1].rstrip("/")) or "trace"
+    with tempfile.TemporaryDirectory(prefix="tiercache-fleet-") as tmp:
+        local = os.path.join(tmp, name)
+        with fsspec.open(str(path), "rb") as src, open(local, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        return split_volumes([local], format)
+
+
 def file_curves(
     path: str,
     cache_sizes: Sequence[int],
@@ -81,11 +108,12 @@ def file_curves(
     sampling: Optional[float] = None,
     format: Optional[str] = None,
 ) -> list:
-    """One task: the curves of every volume of the trace at ``path``, read
-    where the task runs, in order of first appearance."""
+    """One task: the curves of every volume of the trace at ``path`` (a
+    path or an object URL), read where the task runs, in order of first
+    appearance."""
     return [
         volume_curve(v, c, cache_sizes, block_size, sampling)
-        for v, c in split_volumes([path], format)
+        for v, c in split_trace(path, format)
     ]
 
 
@@ -231,7 +259,11 @@ def _client(args):
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tiercache.fleet", description=__doc__.split("\n\n")[0])
-    p.add_argument("traces", nargs="+", help="trace files (any format tiercache sim reads)")
+    p.add_argument(
+        "traces",
+        nargs="+",
+        help="trace files or object URLs (file://, http(s)://, s3://, ...; any format tiercache sim reads)",
+    )
     p.add_argument("--format", help="trace format, as tiercache sim --format (default: detect)")
     p.add_argument("--cache-sizes", default="16M..16G", help="size grid, e.g. 16M..16G or 1G,4G")
     p.add_argument("--target", type=float, default=0.8, help="target hit ratio (0..1)")
@@ -258,7 +290,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sizes = _sizes(args.cache_sizes)
     # Several files: one task per file, read by the worker that runs it (the
     # parsing is most of the work). One file: read here, one task per volume.
-    volumes = split_volumes(args.traces, args.format) if len(args.traces) == 1 else None
+    volumes = split_trace(args.traces[0], args.format) if len(args.traces) == 1 else None
     client, cluster = _client(args)
     try:
         if volumes is None:
