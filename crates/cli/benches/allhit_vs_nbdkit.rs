@@ -5,46 +5,13 @@
 //! background load hits every server alike; medians are reported.
 //! Run: `cargo bench -p tiercache --bench allhit_vs_nbdkit`.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod nbd_job;
 
-const SIZE: &str = "256M";
+use nbd_job::{all_hit_server, fio, median, stats, wait_for, SIZE, STUDY_JOB};
+use std::process::{Child, Command};
+
 const ROUNDS: usize = 5;
 const RUNTIME: u32 = 6;
-
-fn wait_for(path: &std::path::Path) {
-    for _ in 0..500 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{} never appeared", path.display());
-}
-
-fn fio(socket: &std::path::Path, extra: &[&str]) -> f64 {
-    let out = Command::new("fio")
-        .args([
-            "--name=x",
-            "--ioengine=nbd",
-            "--output-format=json",
-            "--group_reporting",
-        ])
-        .arg(format!("--uri=nbd+unix:///?socket={}", socket.display()))
-        .arg(format!("--size={SIZE}"))
-        .args(extra)
-        .output()
-        .expect("fio (make deps installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value =
-        serde_json::from_str(&text[text.find('{').unwrap_or(0)..]).expect("fio json");
-    v["jobs"][0]["read"]["iops"].as_f64().unwrap_or(0.0)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn main() {
     if Command::new("nbdkit").arg("--version").output().is_err() {
@@ -58,27 +25,7 @@ fn main() {
         .unwrap()
         .set_len(256 << 20)
         .unwrap();
-    let mut children: Vec<Child> = Vec::new();
-    children.push(
-        Command::new(env!("CARGO_BIN_EXE_tiercache"))
-            .args([
-                "serve",
-                "--backing",
-                &format!("mem:{SIZE}"),
-                "--cache",
-                "mem:300M",
-                "--block-size",
-                "4k",
-            ])
-            .args(["--sequential-cutoff", "0", "--socket"])
-            .arg(d.join("tc.sock"))
-            .arg("--control")
-            .arg(d.join("tc.ctl"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut children: Vec<Child> = vec![all_hit_server(&d.join("tc.sock"), &d.join("tc.ctl"))];
     children.push(
         Command::new("nbdkit")
             .args(["-f", "-U"])
@@ -97,34 +44,21 @@ fn main() {
             .spawn()
             .unwrap(),
     );
-    for s in ["tc.sock", "mem.sock", "file.sock"] {
+    for s in ["mem.sock", "file.sock"] {
         wait_for(&d.join(s));
     }
     // Warm tiercache: read everything once (no sequential bypass).
     fio(&d.join("tc.sock"), &["--rw=read", "--bs=1M"]);
-    let job = [
-        "--rw=randread",
-        "--bs=4k",
-        "--random_distribution=zipf:1.2",
-        "--iodepth=8",
-        "--numjobs=2",
-        "--time_based",
-    ];
     let rt = format!("--runtime={RUNTIME}");
     let (mut tc, mut mem, mut fil) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        let mut args: Vec<&str> = job.to_vec();
+        let mut args: Vec<&str> = STUDY_JOB.to_vec();
         args.push(&rt);
-        tc.push(fio(&d.join("tc.sock"), &args));
-        mem.push(fio(&d.join("mem.sock"), &args));
-        fil.push(fio(&d.join("file.sock"), &args));
+        tc.push(fio(&d.join("tc.sock"), &args).0);
+        mem.push(fio(&d.join("mem.sock"), &args).0);
+        fil.push(fio(&d.join("file.sock"), &args).0);
     }
-    let stats = Command::new(env!("CARGO_BIN_EXE_tiercache"))
-        .args(["stats", "--json", "--control"])
-        .arg(d.join("tc.ctl"))
-        .output()
-        .unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let s = stats(&d.join("tc.ctl"));
     let (h, m) = (
         s["decisions"]["read_hits"].as_f64().unwrap(),
         s["decisions"]["read_misses"].as_f64().unwrap(),

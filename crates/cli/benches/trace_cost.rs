@@ -6,51 +6,14 @@
 //! on/off) so background load hits both alike; medians reported.
 //! Run: `cargo bench -p tiercache --bench trace_cost`.
 
-use std::path::Path;
+mod nbd_job;
+
+use nbd_job::{all_hit_server, fio, median, stats, tiercache, STUDY_JOB};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SIZE: &str = "256M";
 const ROUNDS: usize = 6;
 const RUNTIME: u32 = 6;
-
-fn tiercache() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tiercache"))
-}
-
-fn wait_for(path: &Path) {
-    for _ in 0..500 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("{} never appeared", path.display());
-}
-
-/// fio's read IOPS and IOs.
-fn fio(socket: &Path, extra: &[&str]) -> (f64, f64) {
-    let out = Command::new("fio")
-        .args([
-            "--name=x",
-            "--ioengine=nbd",
-            "--output-format=json",
-            "--group_reporting",
-        ])
-        .arg(format!("--uri=nbd+unix:///?socket={}", socket.display()))
-        .arg(format!("--size={SIZE}"))
-        .args(extra)
-        .output()
-        .expect("fio (make deps installs it)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value =
-        serde_json::from_str(&text[text.find('{').unwrap_or(0)..]).expect("fio json");
-    let r = &v["jobs"][0]["read"];
-    (
-        r["iops"].as_f64().unwrap_or(0.0),
-        r["total_ios"].as_f64().unwrap_or(0.0),
-    )
-}
 
 /// CPU time (user + system) of process `pid` so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -64,20 +27,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
-fn stats(ctl: &Path) -> serde_json::Value {
-    let out = tiercache()
-        .args(["stats", "--json", "--control"])
-        .arg(ctl)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
     if Command::new("fio").arg("--version").output().is_err() {
         println!("SKIPPED: fio is not installed (make deps)");
@@ -86,39 +35,12 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (sock, ctl) = (d.join("tc.sock"), d.join("tc.ctl"));
-    let mut server = tiercache()
-        .args([
-            "serve",
-            "--backing",
-            &format!("mem:{SIZE}"),
-            "--cache",
-            "mem:300M",
-            "--block-size",
-            "4k",
-            "--sequential-cutoff",
-            "0",
-            "--socket",
-        ])
-        .arg(&sock)
-        .arg("--control")
-        .arg(&ctl)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&sock);
+    let mut server = all_hit_server(&sock, &ctl);
     // Warm: read everything once (no sequential bypass).
     fio(&sock, &["--rw=read", "--bs=1M"]);
     let rt = format!("--runtime={RUNTIME}");
-    let job = [
-        "--rw=randread",
-        "--bs=4k",
-        "--random_distribution=zipf:1.2",
-        "--iodepth=8",
-        "--numjobs=2",
-        "--time_based",
-        &rt,
-    ];
+    let mut job = STUDY_JOB.to_vec();
+    job.push(&rt);
     let trace = d.join("run.trace");
     let one = |recording: bool| -> (f64, f64, u64, u64) {
         let mut client: Option<Child> = None;

@@ -48,6 +48,22 @@ fn nbdinfo_size(uri: &str) -> u64 {
     out.trim().parse().unwrap()
 }
 
+/// Writes `len` bytes of pattern `seed` to the export at `uri` with nbdcopy
+/// and reads them back the same way (several connections, requests in
+/// flight); panics if what comes back differs.
+fn nbdcopy_round_trip(dir: &Path, uri: &str, seed: u64, len: u64) {
+    let src = dir.join("src.img");
+    let back = dir.join("back.img");
+    let data = pattern(seed, len as usize);
+    std::fs::write(&src, &data).unwrap();
+    run(Command::new("nbdcopy").arg(&src).arg(uri));
+    run(Command::new("nbdcopy").arg(uri).arg(&back));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "data differs after the round trip"
+    );
+}
+
 #[test]
 fn x509_nbdinfo_and_nbdcopy_round_trip_and_wrong_ca_fails() {
     if !have("nbdinfo", "x509_nbdinfo") || !have("nbdcopy", "x509_nbdinfo") {
@@ -68,16 +84,7 @@ fn x509_nbdinfo_and_nbdcopy_round_trip_and_wrong_ca_fails() {
 
     // Data through TLS both ways, with nbdcopy's several connections and
     // requests in flight.
-    let src = tmp.path().join("src.img");
-    let back = tmp.path().join("back.img");
-    let data = pattern(7, (8 * MIB) as usize);
-    std::fs::write(&src, &data).unwrap();
-    run(Command::new("nbdcopy").arg(&src).arg(&uri));
-    run(Command::new("nbdcopy").arg(&uri).arg(&back));
-    assert!(
-        std::fs::read(&back).unwrap() == data,
-        "data differs after the round trip"
-    );
+    nbdcopy_round_trip(tmp.path(), &uri, 7, 8 * MIB);
 
     // A client that trusts another CA refuses the server.
     let other = Pki::new(tmp.path(), "other");
@@ -154,16 +161,7 @@ fn psk_nbdinfo_and_nbdsh_data_and_wrong_keys_fail() {
 
     // Data over PSK-TLS.
     if have("nbdcopy", "psk data") {
-        let src = tmp.path().join("src.img");
-        let back = tmp.path().join("back.img");
-        let data = pattern(3, (4 * MIB) as usize);
-        std::fs::write(&src, &data).unwrap();
-        run(Command::new("nbdcopy").arg(&src).arg(&uri));
-        run(Command::new("nbdcopy").arg(&uri).arg(&back));
-        assert!(
-            std::fs::read(&back).unwrap() == data,
-            "data differs after the round trip"
-        );
+        nbdcopy_round_trip(tmp.path(), &uri, 3, 4 * MIB);
     }
 
     // Wrong key for alice; unknown identity.
