@@ -17,7 +17,7 @@ pub struct SimArgs {
     /// A block trace: fio iolog v2/v3, blkparse text, MSR Cambridge, Tencent
     /// CBS, Alibaba or SPC CSV, libCacheSim vscsi (detected), a trace
     /// `tiercache trace` recorded (detected), or libCacheSim oracleGeneral
-    /// (name it with --format); gzip/zstd compressed or not.
+    /// (name it with --format); gzip, zstd or bzip2 compressed or not.
     #[arg(long, conflicts_with_all = ["fio_job", "workload"])]
     trace: Option<PathBuf>,
     /// Trace format instead of detection: fio, blkparse, msr, tencent,

@@ -329,6 +329,9 @@ impl<R: Read> Read for CountingReader<R> {
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+/// "BZh" and the block size, '1' to '9' (the Tencent CBS traces ship as
+/// bzip2).
+const BZIP2_MAGIC: [u8; 3] = *b"BZh";
 /// How much decompressed text format detection looks at.
 const SNIFF_BYTES: usize = 64 * 1024;
 /// The longest line a reader accepts, without its newline. Real trace lines
@@ -340,8 +343,9 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// volume table at 64 MiB.
 pub const MAX_VOLUME_NAME_BYTES: usize = 4096;
 
-/// Wraps `raw` in a decompressor if its first bytes are a gzip or zstd magic
-/// number.
+/// Wraps `raw` in a decompressor if its first bytes are a gzip, zstd or
+/// bzip2 magic number (concatenated streams are read through, as `zcat`,
+/// `zstdcat` and `bzcat` do).
 pub fn decompress<'r>(raw: impl Read + Send + 'r) -> std::io::Result<Box<dyn BufRead + Send + 'r>> {
     let mut raw = BufReader::with_capacity(256 * 1024, raw);
     // One fill is enough for files and pipes; a reader that hands out fewer
@@ -357,6 +361,11 @@ pub fn decompress<'r>(raw: impl Read + Send + 'r) -> std::io::Result<Box<dyn Buf
         Ok(Box::new(BufReader::with_capacity(
             256 * 1024,
             zstd::stream::read::Decoder::with_buffer(raw)?,
+        )))
+    } else if magic.starts_with(&BZIP2_MAGIC) && matches!(magic.get(3), Some(b'1'..=b'9')) {
+        Ok(Box::new(BufReader::with_capacity(
+            256 * 1024,
+            bzip2::bufread::MultiBzDecoder::new(raw),
         )))
     } else {
         Ok(Box::new(raw))

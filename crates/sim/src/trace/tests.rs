@@ -268,7 +268,7 @@ fn detects_formats() {
 }
 
 #[test]
-fn reads_gzip_and_zstd_by_magic_bytes() {
+fn reads_gzip_zstd_and_bzip2_by_magic_bytes() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(FIO_V2.as_bytes()).unwrap();
     let gz = gz.finish().unwrap();
@@ -276,6 +276,19 @@ fn reads_gzip_and_zstd_by_magic_bytes() {
     let plain = read_all(FIO_V2.as_bytes(), &TraceOptions::default()).unwrap();
     assert_eq!(read_all(&gz, &TraceOptions::default()).unwrap(), plain);
     assert_eq!(read_all(&zs, &TraceOptions::default()).unwrap(), plain);
+    // bzip2, as two concatenated streams (as `cat a.bz2 b.bz2` makes):
+    // both are read.
+    let (head, tail) = FIO_V2.split_at(FIO_V2.find("\n").unwrap() + 1);
+    let mut bz = Vec::new();
+    for part in [head, tail] {
+        let mut e = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+        e.write_all(part.as_bytes()).unwrap();
+        bz.extend(e.finish().unwrap());
+    }
+    assert!(bz.starts_with(b"BZh"));
+    assert_eq!(read_all(&bz, &TraceOptions::default()).unwrap(), plain);
+    // A truncated stream is an error, not a short trace.
+    assert!(read_all(&bz[..bz.len() / 2], &TraceOptions::default()).is_err());
 
     // Through a real file with a misleading name.
     let dir = tempfile::tempdir().unwrap();
