@@ -4,8 +4,9 @@
 //! What is durable, and when (the invariant everything below keeps):
 //! **a durable dirty claim is always true, and a durable clean claim is
 //! true or fails its crc.** A claim "slot c holds block b, dirty" is
-//! committed (after the cache data is flushed) at every client FLUSH/FUA,
-//! every second, and by the cleaner; it is authoritative after a crash. A
+//! committed (after the cache data is flushed) before the write that made
+//! the block dirty is acknowledged (`write.rs`), so no acknowledged write
+//! is forgotten by a killed server; it is authoritative after a crash. A
 //! dirty claim is only replaced (by a committed clean claim or "slot c is
 //! free") *before* the block is marked clean in memory, so a slot is never
 //! refilled while the disk still says it holds dirty data.

@@ -258,6 +258,20 @@ impl Engine {
         }
         if fua {
             self.flush_in(vol)?;
+        } else if steps
+            .iter()
+            .any(|s| s.newly_dirty || (s.ticket.is_some() && !s.backing))
+        {
+            // Writeback: a block this write made dirty (a clean cached
+            // block written in place, or a new slot) has its dirty claim
+            // committed before the write is acknowledged. The client may
+            // never flush, and a server killed now must not forget that the
+            // cache holds the only copy: the next server would read the old
+            // contents from the backing device under a file system that
+            // still runs and trusts them (docs/RESTART.md). Writes to blocks
+            // already dirty commit nothing; concurrent writers share one
+            // commit.
+            self.commit()?;
         }
         Ok(())
     }
