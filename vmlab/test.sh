@@ -5,8 +5,8 @@
 #      skips, with a message, only if qemu cannot be installed;
 #   2. builds the guest image, or reuses the cached one (vmlab/build-image.sh);
 #   3. builds the release tiercache binary;
-#   4. runs the guest tests: vmlab/guest/nbd.sh (kernel NBD client),
-#      vmlab/guest/ublk.sh (skipped while tiercache has no ublk front end),
+#   4. runs the guest tests, two guests at a time: vmlab/guest/nbd.sh
+#      (kernel NBD client), vmlab/guest/ublk.sh (`serve --ublk`),
 #      vmlab/guest/ublk-restart.sh and vmlab/guest/nbd-restart.sh (the ublk
 #      device, and the kernel NBD device the server configures itself,
 #      survive kill -9 and an upgrade of the server; each prints its rounds'
@@ -48,32 +48,67 @@ export VMLAB_TIERCACHE="$target/release/tiercache"
 out="${VMLAB_OUT:-$target/vmlab}"
 mkdir -p "$out"
 
-failed=0
-summary=()
+# The guests run VMLAB_JOBS at a time (default: the number of CPUs, at most
+# 2): each qemu runs its vCPUs on one host thread (run.sh's default), so two
+# guests use two cores and the tests take about half as long. Each test's
+# output (qemu's console and run.sh's lines) goes to $out/NAME.log and is
+# printed whole when the test ends, so the logs do not interleave.
+jobs="${VMLAB_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+[ "$jobs" -le 2 ] || jobs=2
+
+# shellcheck disable=SC2054 # (commas inside one --disk argument)
+disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
+# shellcheck disable=SC2054
+pool_disks=(--disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M --disk ssd=48M)
+# Longest first, so the lanes end together: "NAME run.sh-arguments...".
+tests=(
+  "ublk-restart --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
+  "ublk --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
+  "nbd-restart --timeout 900 ${disks[*]} vmlab/guest/nbd-restart.sh"
+  "nbd --timeout 900 ${disks[*]} vmlab/guest/nbd.sh"
+  "ublk-pool --timeout 900 ${pool_disks[*]} vmlab/guest/ublk-pool.sh"
+)
+
+# run_guest_test NAME ARGS...: one guest run; leaves "<status> <seconds>" in
+# $out/NAME.status.
 run_guest_test() {
   local name=$1
   shift
-  local t status
+  local t status=0
   t=$(date +%s)
-  ./vmlab/run.sh --out "$out/$name" "$@"
-  status=$?
-  t=$(($(date +%s) - t))
+  ./vmlab/run.sh --out "$out/$name" "$@" >"$out/$name.log" 2>&1 || status=$?
+  echo "$status $(($(date +%s) - t))" >"$out/$name.status"
+}
+
+running=0
+for spec in "${tests[@]}"; do
+  read -r -a args <<<"$spec"
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  rm -f "$out/${args[0]}.status"
+  echo "vmlab: ${args[0]}: started"
+  run_guest_test "${args[@]}" &
+  running=$((running + 1))
+done
+wait
+
+failed=0
+summary=()
+for spec in "${tests[@]}"; do
+  read -r name _ <<<"$spec"
+  echo "vmlab: ===== $name ($out/$name.log) ====="
+  cat "$out/$name.log"
+  status=125 t=0
+  [ -f "$out/$name.status" ] && read -r status t <"$out/$name.status"
   case "$status" in
     0) summary+=("vmlab: $name: ok (${t}s)") ;;
     77) summary+=("vmlab: $name: SKIPPED: $(grep -a '^SKIP:' "$out/$name/console.log" | tail -n 1 | tr -d '\r')") ;;
     *) summary+=("vmlab: $name: FAILED with status $status (${t}s; $out/$name/console.log)"); failed=1 ;;
   esac
-}
-
-# shellcheck disable=SC2054 # (commas inside one --disk argument)
-disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
-run_guest_test nbd --timeout 900 "${disks[@]}" vmlab/guest/nbd.sh
-run_guest_test ublk --timeout 900 "${disks[@]}" vmlab/guest/ublk.sh
-run_guest_test ublk-restart --timeout 900 "${disks[@]}" vmlab/guest/ublk-restart.sh
-run_guest_test nbd-restart --timeout 900 "${disks[@]}" vmlab/guest/nbd-restart.sh
-# shellcheck disable=SC2054
-run_guest_test ublk-pool --timeout 900 --disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M \
-  --disk ssd=48M vmlab/guest/ublk-pool.sh
+done
 
 echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
 printf '%s\n' "${summary[@]}"
