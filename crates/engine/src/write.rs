@@ -322,6 +322,7 @@ impl Engine {
         let blocks = vol.blocks_of(offset, len);
         let _locked = self.locks.exclusive(vol.keys(blocks.clone()));
         vol.check_attached()?;
+        let mut withdrew_dirty = false;
         {
             let mut d = self.director.lock();
             for b in blocks {
@@ -333,8 +334,11 @@ impl Engine {
                         if dirty {
                             // Withdraw the dirty claim; until that commits,
                             // a crash may bring back old data for a range
-                            // that was trimmed, which trim allows.
+                            // that was trimmed, which trim allows (the
+                            // commit below ends that before the trim is
+                            // acknowledged).
                             self.record(c, None);
+                            withdrew_dirty = true;
                         }
                     }
                 }
@@ -342,9 +346,18 @@ impl Engine {
         }
         self.settle_zombies(vol.keys(vol.blocks_of(offset, len)))?;
         match vol.backing.discard(offset, len) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Ok(()),
-            Err(e) => Err(vol.backing_err(e, true)),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {}
+            Err(e) => return Err(vol.backing_err(e, true)),
         }
+        if withdrew_dirty {
+            // Once the trim is acknowledged, a write to part of a trimmed
+            // block goes to the backing device only; a dirty claim that a
+            // killed server left durable would then bring the old cached
+            // data back over it. So the withdrawal commits first, as a
+            // write's new dirty claim does.
+            self.commit()?;
+        }
+        Ok(())
     }
 }

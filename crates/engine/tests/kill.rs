@@ -232,3 +232,83 @@ fn sigkill_rounds() {
     );
     eprintln!("sigkill_rounds: {rounds} rounds, {acked_total} acknowledged writes verified");
 }
+
+/// The sectors of the trim test: a 4 KiB block at 1 MiB.
+const TRIM_AT: u64 = 1 << 20;
+
+/// Child mode of `trim_then_write_survives_sigkill`: makes the block at
+/// `TRIM_AT` dirty and durably so (a flush), trims it, writes its first
+/// sector (which goes to the backing device only: the block is no longer
+/// cached), says so and waits to be killed, with no flush after the trim.
+fn trim_child(dir: &Path) {
+    let engine = open(dir);
+    engine.write(TRIM_AT, &[1u8; 4096], false).unwrap();
+    engine.flush().unwrap();
+    engine.trim(TRIM_AT, 4096).unwrap();
+    engine.write(TRIM_AT, &[2u8; 512], false).unwrap();
+    let mut out = std::io::stdout();
+    writeln!(out, "ACKED").unwrap();
+    out.flush().unwrap();
+    std::thread::sleep(Duration::from_secs(3600));
+}
+
+#[test]
+fn trim_child_entry() {
+    // Only does something when started by `trim_then_write_survives_sigkill`.
+    if let Ok(dir) = std::env::var("TIERCACHE_TRIM_DIR") {
+        trim_child(Path::new(&dir));
+    }
+}
+
+/// A trim withdraws a dirty block's claim; a write acknowledged after the
+/// trim must not be shadowed, after a SIGKILL, by the dirty copy the trim
+/// dropped (the withdrawal commits before the trim is acknowledged).
+#[test]
+fn trim_then_write_survives_sigkill() {
+    let dir = tempfile::Builder::new()
+        .prefix("tiercache-trim-kill")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    for (name, size) in [("backing.img", BACKING), ("cache.img", CACHE)] {
+        std::fs::File::create(dir.path().join(name))
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+    }
+    {
+        let (b, c) = devices(dir.path());
+        let cfg = EngineConfig {
+            mode: CacheMode::WriteBack,
+            block_size: 4096,
+            sequential_cutoff: 0,
+            ..EngineConfig::default()
+        };
+        let e =
+            Engine::create(b, c, &cfg, Arc::new(MonotonicClock::new()), "backing", None).unwrap();
+        e.shutdown(false).unwrap();
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "trim_child_entry", "--nocapture", "--test-threads=1"])
+        .env("TIERCACHE_TRIM_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let acked = BufReader::new(stdout)
+        .lines()
+        .map_while(|l| l.ok())
+        .any(|l| l == "ACKED");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(acked, "the child never acknowledged its writes");
+    let engine = open(dir.path());
+    let mut sector = vec![0u8; 512];
+    engine.read(TRIM_AT, &mut sector).unwrap();
+    assert!(
+        sector.iter().all(|&b| b == 2),
+        "the write after the trim was lost: the sector reads {:?}...",
+        &sector[..8]
+    );
+    engine.shutdown(false).unwrap();
+}
