@@ -288,7 +288,12 @@ fn trim_then_write_survives_sigkill() {
         e.shutdown(false).unwrap();
     }
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "trim_child_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "trim_child_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("TIERCACHE_TRIM_DIR", dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
