@@ -90,7 +90,7 @@ fn a_thousand_volumes_share_one_cache() {
         "{VOLUMES} volumes: attached in {attach:?} ({:?} each), {per_volume} bytes of RAM each",
         attach / (VOLUMES as u32 - 1)
     );
-    // The sequential table (96 KiB, once a volume has IO) and the hit
+    // The sequential tables (104 KiB, once a volume has IO) and the hit
     // curve (about 30 KiB) dominate.
     assert!(per_volume < 160 << 10, "{per_volume} bytes per volume");
 }
