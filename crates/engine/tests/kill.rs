@@ -60,6 +60,43 @@ fn devices(dir: &Path) -> (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) {
     )
 }
 
+/// A temporary directory holding a blank backing file and a cache file
+/// formatted for it (writeback, 4 KiB blocks, no sequential bypass).
+fn formatted_dir(prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    for (name, size) in [("backing.img", BACKING), ("cache.img", CACHE)] {
+        std::fs::File::create(dir.path().join(name))
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+    }
+    let (b, c) = devices(dir.path());
+    let cfg = EngineConfig {
+        mode: CacheMode::WriteBack,
+        block_size: 4096,
+        sequential_cutoff: 0,
+        ..EngineConfig::default()
+    };
+    let e = Engine::create(b, c, &cfg, Arc::new(MonotonicClock::new()), "backing", None).unwrap();
+    e.shutdown(false).unwrap();
+    dir
+}
+
+/// This test binary started again as a child running only the test
+/// `entry`, with `env` set; its stdout is piped, its stderr dropped.
+fn spawn_child(entry: &str, env: &[(&str, String)]) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn open(dir: &Path) -> Engine {
     let (b, c) = devices(dir);
     Engine::open(
@@ -135,40 +172,19 @@ fn sigkill_rounds() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    let dir = tempfile::Builder::new()
-        .prefix("tiercache-kill")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    for (name, size) in [("backing.img", BACKING), ("cache.img", CACHE)] {
-        std::fs::File::create(dir.path().join(name))
-            .unwrap()
-            .set_len(size)
-            .unwrap();
-    }
-    {
-        let (b, c) = devices(dir.path());
-        let cfg = EngineConfig {
-            mode: CacheMode::WriteBack,
-            block_size: 4096,
-            sequential_cutoff: 0,
-            ..EngineConfig::default()
-        };
-        let e =
-            Engine::create(b, c, &cfg, Arc::new(MonotonicClock::new()), "backing", None).unwrap();
-        e.shutdown(false).unwrap();
-    }
+    let dir = formatted_dir("tiercache-kill");
     let mut expect = vec![Expect::default(); (BACKING / SECTOR) as usize];
     let mut rng = rand::rngs::StdRng::seed_from_u64(99);
     let mut acked_total = 0;
     for round in 1..=rounds {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "kill_child", "--nocapture", "--test-threads=1"])
-            .env("TIERCACHE_KILL_DIR", dir.path())
-            .env("TIERCACHE_KILL_ROUND", round.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let dir_env = dir.path().display().to_string();
+        let mut child = spawn_child(
+            "kill_child",
+            &[
+                ("TIERCACHE_KILL_DIR", dir_env),
+                ("TIERCACHE_KILL_ROUND", round.to_string()),
+            ],
+        );
         let stdout = child.stdout.take().unwrap();
         let reader = std::thread::spawn(move || {
             let mut acked = 0u64;
@@ -265,40 +281,11 @@ fn trim_child_entry() {
 /// dropped (the withdrawal commits before the trim is acknowledged).
 #[test]
 fn trim_then_write_survives_sigkill() {
-    let dir = tempfile::Builder::new()
-        .prefix("tiercache-trim-kill")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    for (name, size) in [("backing.img", BACKING), ("cache.img", CACHE)] {
-        std::fs::File::create(dir.path().join(name))
-            .unwrap()
-            .set_len(size)
-            .unwrap();
-    }
-    {
-        let (b, c) = devices(dir.path());
-        let cfg = EngineConfig {
-            mode: CacheMode::WriteBack,
-            block_size: 4096,
-            sequential_cutoff: 0,
-            ..EngineConfig::default()
-        };
-        let e =
-            Engine::create(b, c, &cfg, Arc::new(MonotonicClock::new()), "backing", None).unwrap();
-        e.shutdown(false).unwrap();
-    }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "trim_child_entry",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TIERCACHE_TRIM_DIR", dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let dir = formatted_dir("tiercache-trim-kill");
+    let mut child = spawn_child(
+        "trim_child_entry",
+        &[("TIERCACHE_TRIM_DIR", dir.path().display().to_string())],
+    );
     let stdout = child.stdout.take().unwrap();
     let acked = BufReader::new(stdout)
         .lines()
