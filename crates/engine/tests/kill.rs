@@ -262,8 +262,10 @@ fn trim_child(dir: &Path) {
     engine.flush().unwrap();
     engine.trim(TRIM_AT, 4096).unwrap();
     engine.write(TRIM_AT, &[2u8; 512], false).unwrap();
+    // On a line of its own: the test harness has printed "test NAME ... "
+    // without a newline before the test started.
     let mut out = std::io::stdout();
-    writeln!(out, "ACKED").unwrap();
+    writeln!(out, "\nACKED").unwrap();
     out.flush().unwrap();
     std::thread::sleep(Duration::from_secs(3600));
 }
@@ -287,10 +289,16 @@ fn trim_then_write_survives_sigkill() {
         &[("TIERCACHE_TRIM_DIR", dir.path().display().to_string())],
     );
     let stdout = child.stdout.take().unwrap();
-    let acked = BufReader::new(stdout)
-        .lines()
-        .map_while(|l| l.ok())
-        .any(|l| l == "ACKED");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let acked = BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+            .any(|l| l == "ACKED");
+        let _ = tx.send(acked);
+    });
+    // A child that neither acknowledges nor ends is killed too, and fails.
+    let acked = rx.recv_timeout(Duration::from_secs(120)).unwrap_or(false);
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(acked, "the child never acknowledged its writes");
