@@ -85,6 +85,10 @@ struct Tables {
     /// The next offset of the stream that starts at an offset hashing to
     /// the slot; checked against `by_next` before use (a slot may be stale).
     by_start: Box<[u64]>,
+    /// When a stream last became (or stayed) established: without one in
+    /// the last [`STREAM_TIMEOUT_NS`] no IO can join one across a gap, and
+    /// random IO is spared those lookups.
+    last_established: Option<Time>,
 }
 
 const EMPTY_STREAM: Stream = Stream {
@@ -103,6 +107,7 @@ fn new_tables() -> Tables {
     Tables {
         by_next: vec![EMPTY_STREAM; SLOTS].into_boxed_slice(),
         by_start: vec![EMPTY; START_SLOTS].into_boxed_slice(),
+        last_established: None,
     }
 }
 
@@ -224,16 +229,24 @@ impl SequentialDetector {
             bytes: end - offset,
             last_used: now,
         };
+        let established_lately = t
+            .last_established
+            .is_some_and(|at| now.saturating_sub(at) <= STREAM_TIMEOUT_NS);
         if let Some(before) = t.take_ending_at(offset, now) {
             s.bytes = s.bytes.saturating_add(before.bytes);
-        } else if let Some(before) = t.take_ending_shortly_before(offset, len, now) {
-            s.bytes = end - before.start();
-        } else if let Some(member) = t.covering(offset, end, len, now) {
-            return member.bytes > self.cutoff;
+        } else if established_lately {
+            if let Some(before) = t.take_ending_shortly_before(offset, len, now) {
+                s.bytes = end - before.start();
+            } else if let Some(member) = t.covering(offset, end, len, now) {
+                return member.bytes > self.cutoff;
+            }
         }
         if let Some(after) = t.take_starting_at(end, now) {
             s.next_offset = after.next_offset;
             s.bytes = s.bytes.saturating_add(after.bytes);
+        }
+        if s.bytes >= ESTABLISHED_IOS.saturating_mul(len) {
+            t.last_established = Some(now);
         }
         t.put(s);
         s.bytes > self.cutoff
