@@ -4,7 +4,7 @@
 //! written as POOL-REPORT.md, and pool-results.json.
 
 use crate::pool_jobs::{JobMeasured, Workload};
-use crate::pool_rounds::{paired, ConfigMedians, Spread, VolumeMedians};
+use crate::pool_rounds::{at_mix, mix_of, paired, ConfigMedians, Spread, VolumeMedians};
 use crate::report::{fmt_bytes, fmt_lat, fmt_ratio};
 use anyhow::Result;
 use serde::Serialize;
@@ -179,6 +179,9 @@ pub struct PoolResults {
     /// Per configuration that ran at least once, in [`LABELS`] order: its
     /// medians over the rounds.
     pub medians: Vec<ConfigMedians>,
+    /// Block references per volume, the shared runs' medians: the fixed
+    /// mix the pool's hit ratios are compared at (see `pool_rounds.rs`).
+    pub mix: Vec<(String, f64)>,
     /// The simulator's split, from round 0's shared run; every round's
     /// best-split run uses its slices.
     pub sim: Option<SimSplit>,
@@ -204,11 +207,13 @@ impl PoolResults {
         elapsed_secs: f64,
     ) -> PoolResults {
         let scan = workloads.iter().find(|w| w.scanner).map_or("", |w| w.name);
+        let of = |l: &str| -> Vec<&PoolRun> { runs.iter().filter(|r| r.label == l).collect() };
+        let mix = mix_of(&of(SHARED));
         let medians = LABELS
             .iter()
             .filter_map(|l| {
-                let rs: Vec<&PoolRun> = runs.iter().filter(|r| r.label == *l).collect();
-                (!rs.is_empty()).then(|| ConfigMedians::of(l, &rs, scan))
+                let rs = of(l);
+                (!rs.is_empty()).then(|| ConfigMedians::of(l, &rs, scan, &mix))
             })
             .collect();
         PoolResults {
@@ -216,6 +221,7 @@ impl PoolResults {
             workloads,
             runs,
             medians,
+            mix,
             sim,
             notes,
             elapsed_secs,
@@ -321,12 +327,27 @@ pub fn table(r: &PoolResults) -> String {
         let _ = write!(t, " {} |", cell(Some(&m.pool_but_scan)));
     }
     t.push_str(" - |\n");
+    for (name, what, pick) in [
+        ("pool", "at the shared runs' mix", 0),
+        ("pool but scan", "the other four, at that mix", 1),
+    ] {
+        let _ = write!(t, "| **{name}** | {what} |");
+        for m in &r.medians {
+            let x = if pick == 0 {
+                &m.pool_at_mix
+            } else {
+                &m.pool_but_scan_at_mix
+            };
+            let _ = write!(t, " - | - | {} |", fmt_spread_ratio(x));
+        }
+        t.push_str(" - |\n");
+    }
     t
 }
 
 /// Every run, one row each in the order they ran: round, configuration,
 /// each volume's hit ratio, the pool's with and without the scanner's
-/// volume, the pool's IOPS, the scanner's bypassed IOs (server) against
+/// volume and at the fixed mix, the pool's IOPS, the scanner's bypassed IOs (server) against
 /// its IOs (fio) and the CPU other processes used.
 pub fn rounds_table(r: &PoolResults) -> String {
     let scan = r.scan_name();
@@ -336,8 +357,10 @@ pub fn rounds_table(r: &PoolResults) -> String {
         let _ = write!(t, " {} |", w.name);
         sep.push_str("---:|");
     }
-    t.push_str(" pool | pool but scan | pool IOPS | scan bypassed / IOs | others' CPU |\n");
-    sep.push_str("---:|---:|---:|---:|---:|\n");
+    t.push_str(
+        " pool | pool but scan | pool at the mix | pool IOPS | scan bypassed / IOs | others' CPU |\n",
+    );
+    sep.push_str("---:|---:|---:|---:|---:|---:|\n");
     t.push_str(&sep);
     for run in &r.runs {
         let _ = write!(t, "| {} | {} |", run.round + 1, short(&run.label));
@@ -352,9 +375,10 @@ pub fn rounds_table(r: &PoolResults) -> String {
         };
         let _ = writeln!(
             t,
-            " {} | {} | {:.0} | {} | {} |",
+            " {} | {} | {} | {:.0} | {} | {} |",
             fmt_ratio(all.hit_ratio()),
             fmt_ratio(but.hit_ratio()),
+            fmt_ratio(at_mix(run, &r.mix)),
             all.iops,
             bypass,
             fmt_ratio(run.others_cpu)
@@ -383,38 +407,43 @@ fn points(s: &Spread) -> String {
 }
 
 /// The summary lines: the targets judged on medians (MET / MISSED), with
-/// each round's difference (paired by round) for the spread.
+/// each round's difference (paired by round) for the spread; the pools
+/// compared at the shared runs' mix (see `pool_rounds.rs`).
 pub fn summary(r: &PoolResults) -> Vec<String> {
     let mut s = Vec::new();
-    let pct =
-        |f: fn(&PoolRun) -> VolumeResult| move |x: &PoolRun| f(x).hit_ratio().map(|h| h * 100.0);
     let scan = r.scan_name().to_string();
+    let mix = r.mix.clone();
+    let but: Vec<(String, f64)> = mix.iter().filter(|m| m.0 != scan).cloned().collect();
     if let Some(a) = r.medians(SHARED) {
         for other in [SLICES, BEST] {
             let Some(b) = r.medians(other) else { continue };
             let (am, bm) = (
-                a.pool.hit_ratio.median.unwrap_or(0.0),
-                b.pool.hit_ratio.median.unwrap_or(0.0),
+                a.pool_at_mix.median.unwrap_or(0.0),
+                b.pool_at_mix.median.unwrap_or(0.0),
             );
-            let per = paired(&r.runs, SHARED, other, &pct(PoolRun::total));
+            let per = paired(&r.runs, SHARED, other, &|x| {
+                at_mix(x, &mix).map(|h| h * 100.0)
+            });
             let per_but = paired(&r.runs, SHARED, other, &|x| {
-                x.total_but(&scan).hit_ratio().map(|h| h * 100.0)
+                at_mix(x, &but).map(|h| h * 100.0)
             });
             let (ai, bi) = (
                 a.pool.iops.median.unwrap_or(0.0),
                 b.pool.iops.median.unwrap_or(0.0),
             );
             s.push(format!(
-                "Shared against {other}, medians of {} and {} rounds: pool hit ratio {} against {} ({:+.2} points; per round {}; without the scanner's volume {} against {}, per round {}), {:.0} against {:.0} IOPS ({:.2}x). Target, shared at or above: **{}**.",
+                "Shared against {other}, medians of {} and {} rounds, at the shared runs' mix: pool hit ratio {} against {} ({:+.2} points; per round {}; without the scanner's volume {} against {}, per round {}; each run's own mix: {} against {}), {:.0} against {:.0} IOPS ({:.2}x). Target, shared at or above: **{}**.",
                 a.rounds,
                 b.rounds,
                 fmt_ratio(Some(am)),
                 fmt_ratio(Some(bm)),
                 (am - bm) * 100.0,
                 points(&per),
-                fmt_ratio(a.pool_but_scan.hit_ratio.median),
-                fmt_ratio(b.pool_but_scan.hit_ratio.median),
+                fmt_ratio(a.pool_but_scan_at_mix.median),
+                fmt_ratio(b.pool_but_scan_at_mix.median),
                 points(&per_but),
+                fmt_ratio(a.pool.hit_ratio.median),
+                fmt_ratio(b.pool.hit_ratio.median),
                 ai,
                 bi,
                 if bi > 0.0 { ai / bi } else { 0.0 },

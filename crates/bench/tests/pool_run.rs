@@ -103,7 +103,17 @@ fn tiny_pool_reports_every_volume_shared_sliced_and_without_the_scanner() {
         );
         assert!(lo <= med && med <= hi && hi <= 1.0, "{m}");
         assert!(m["pool"]["iops"]["median"].as_f64().unwrap() > 0.0, "{m}");
+        let x = m["pool_at_mix"]["median"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&x), "{m}");
     }
+    // The fixed mix: every volume's references in the shared runs.
+    let mix = v["mix"].as_array().unwrap();
+    assert_eq!(mix.len(), VOLUMES.len(), "{}", v["mix"]);
+    assert!(
+        mix.iter().all(|x| x[1].as_f64().unwrap() > 0.0),
+        "{}",
+        v["mix"]
+    );
     // The simulator's split: ratios, and slices for volumes it names.
     let sim = &v["sim"];
     for k in [
