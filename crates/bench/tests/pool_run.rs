@@ -103,8 +103,11 @@ fn tiny_pool_reports_every_volume_shared_sliced_and_without_the_scanner() {
         );
         assert!(lo <= med && med <= hi && hi <= 1.0, "{m}");
         assert!(m["pool"]["iops"]["median"].as_f64().unwrap() > 0.0, "{m}");
-        let x = m["pool_at_mix"]["median"].as_f64().unwrap();
+        // At the whole pool's mix: every run but the scanner-off one.
+        let x = m["pool_but_scan_at_mix"]["median"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&x), "{m}");
+        let all = m["pool_at_mix"]["median"].as_f64();
+        assert_eq!(all.is_none(), m["label"] == NO_SCAN, "{m}");
     }
     // The fixed mix: every volume's references in the shared runs.
     let mix = v["mix"].as_array().unwrap();
