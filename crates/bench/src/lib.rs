@@ -47,6 +47,7 @@ mod plot;
 mod pool;
 mod pool_jobs;
 mod pool_report;
+mod pool_rounds;
 mod pool_sim;
 mod procs;
 mod progress;

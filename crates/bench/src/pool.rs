@@ -20,13 +20,19 @@
 //! and p99 per job, and the server's per-volume counters (`tiercache stats
 //! --json`, its `volumes` list; a slice's server has one volume, its
 //! top-level counters) over the measured run only.
+//!
+//! `--rounds` rounds (default 3) each run every configuration once, the
+//! order rotated each round (see `pool_rounds.rs`); the split of 3 comes
+//! from round 1's shared run and serves every round. The targets are
+//! judged on each configuration's medians over the rounds.
 
 use crate::files::{blank_device_file, sparse_file};
 use crate::pool_jobs::{job_file, run_jobs, workloads, JobMeasured, Workload};
 use crate::pool_report::{
-    self, PoolResults, PoolRun, PoolSettings, VolumeCounters, VolumeResult, BEST, NO_SCAN, SHARED,
-    SLICES,
+    self, PoolResults, PoolRun, PoolSettings, SimSplit, VolumeCounters, VolumeResult, BEST, LABELS,
+    NO_SCAN, SHARED, SLICES,
 };
+use crate::pool_rounds;
 use crate::pool_sim;
 use crate::procs::{self, CpuMeter, Server};
 use crate::progress::Progress;
@@ -65,6 +71,10 @@ pub fn settings(a: &BenchArgs, volumes: usize) -> Result<PoolSettings> {
     if runtime == 0 {
         bail!("--runtime must be at least 1 second");
     }
+    let rounds = a.repeats.unwrap_or(3);
+    if rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
     let v = &variants(a)[0];
     let mut policy = v.policy.clone();
     if let Some(adm) = &v.admission {
@@ -76,6 +86,7 @@ pub fn settings(a: &BenchArgs, volumes: usize) -> Result<PoolSettings> {
         block_size: bs,
         runtime,
         warmup: runtime.div_ceil(2),
+        rounds,
         policy,
         mode: v.mode.clone(),
     })
@@ -93,13 +104,14 @@ pub fn run(args: &BenchArgs, exe: &Path) -> Result<()> {
     let out = args.out_dir.clone().unwrap_or_else(|| work.join("report"));
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let per_run = (st.runtime + st.warmup) as f64 + 3.0;
-    let mut prog = Progress::new(3.0 + 4.0 * per_run, 5);
+    let mut prog = Progress::new(3.0 + (4 * st.rounds) as f64 * per_run, 1 + 4 * st.rounds);
     prog.println(&format!(
-        "tiercache bench --pool: {} volumes of {}, one cache of {} (blocks of {}), {} s per run after {} s warm-up; work dir {}",
+        "tiercache bench --pool: {} volumes of {}, one cache of {} (blocks of {}), {} rounds of 4 runs, {} s per run after {} s warm-up; work dir {}",
         ws.len(),
         crate::report::fmt_bytes(st.volume_size),
         crate::report::fmt_bytes(st.cache_size),
         crate::report::fmt_bytes(st.block_size),
+        st.rounds,
         st.runtime,
         st.warmup,
         work.display()
@@ -119,58 +131,43 @@ pub fn run(args: &BenchArgs, exe: &Path) -> Result<()> {
         ws: ws.clone(),
         files: files.clone(),
     };
-    let mut runs = Vec::new();
+    let mut runs: Vec<PoolRun> = Vec::new();
     let mut notes = Vec::new();
-    let mut sim = None;
+    let mut sim: Option<SimSplit> = None;
+    let mut best_bytes: Option<Vec<u64>> = None;
     let n = ws.len() as u64;
     let equal = vec![st.cache_size / n; ws.len()];
-    prog.step(SHARED, per_run);
-    record(&prog, &mut runs, &mut notes, SHARED, pool.shared(false));
-    prog.step(SLICES, per_run);
-    record(
-        &prog,
-        &mut runs,
-        &mut notes,
-        SLICES,
-        pool.slices(SLICES, &equal),
-    );
-    prog.step(BEST, per_run);
-    let shared_run = runs.iter().find(|r| r.label == SHARED).cloned();
-    match shared_run.map(|r| pool_sim::best_split(&ws, &st, &r)) {
-        Some(Ok(x)) => {
-            let bytes =
-                pool_sim::slice_bytes(&ws, &x.best_split, st.cache_size, st.block_size, MIN_SLICE);
-            let mut x = x;
-            x.slices = ws
-                .iter()
-                .map(|w| w.name.to_string())
-                .zip(bytes.iter().copied())
-                .collect();
-            sim = Some(x);
-            record(
-                &prog,
-                &mut runs,
-                &mut notes,
-                BEST,
-                pool.slices(BEST, &bytes),
+    for round in 0..st.rounds {
+        for label in pool_rounds::order(&LABELS, round) {
+            prog.step(
+                &format!("round {}/{}: {}", round + 1, st.rounds, label),
+                per_run,
             );
+            let r = match label {
+                SHARED => pool.shared(false),
+                NO_SCAN => pool.shared(true),
+                SLICES => pool.slices(SLICES, &equal),
+                _ => {
+                    if best_bytes.is_none() {
+                        match split(&pool, &runs) {
+                            Ok((x, bytes)) => {
+                                sim = Some(x);
+                                best_bytes = Some(bytes);
+                            }
+                            Err(e) => notes.push(format!("round {}: {BEST}: {e:#}", round + 1)),
+                        }
+                    }
+                    match &best_bytes {
+                        Some(b) => pool.slices(BEST, b),
+                        None => continue,
+                    }
+                }
+            };
+            record(&prog, &mut runs, &mut notes, label, round, r);
         }
-        Some(Err(e)) => {
-            record(&prog, &mut runs, &mut notes, BEST, Err(e));
-        }
-        None => {}
     }
-    prog.step(NO_SCAN, per_run);
-    record(&prog, &mut runs, &mut notes, NO_SCAN, pool.shared(true));
     prog.finish();
-    let results = PoolResults {
-        settings: st,
-        workloads: ws,
-        runs,
-        sim,
-        notes,
-        elapsed_secs: started.elapsed().as_secs_f64(),
-    };
+    let results = PoolResults::new(st, ws, runs, sim, notes, started.elapsed().as_secs_f64());
     let md = pool_report::write(&results, &out)?;
     println!("{md}");
     println!("report: {}", out.join("POOL-REPORT.md").display());
@@ -183,14 +180,39 @@ pub fn run(args: &BenchArgs, exe: &Path) -> Result<()> {
         }
         let _ = std::fs::remove_file(work.join("cache.img"));
     }
-    if results.runs.len() < 3 {
+    let want = LABELS.len() * results.settings.rounds;
+    if results.runs.len() < want {
         bail!(
-            "{} of 3 runs failed; see {}",
-            3 - results.runs.len(),
+            "{} of {want} runs failed; see {}",
+            want - results.runs.len(),
             out.join("POOL-REPORT.md").display()
         );
     }
     Ok(())
+}
+
+/// The simulator's best static split for the first shared run in `runs`,
+/// and the slice sizes (bytes per volume) that measure it.
+fn split(pool: &Pool, runs: &[PoolRun]) -> Result<(SimSplit, Vec<u64>)> {
+    let shared = runs
+        .iter()
+        .find(|r| r.label == SHARED)
+        .context("no shared run to weigh the volumes by")?;
+    let mut x = pool_sim::best_split(&pool.ws, &pool.st, shared)?;
+    let bytes = pool_sim::slice_bytes(
+        &pool.ws,
+        &x.best_split,
+        pool.st.cache_size,
+        pool.st.block_size,
+        MIN_SLICE,
+    );
+    x.slices = pool
+        .ws
+        .iter()
+        .map(|w| w.name.to_string())
+        .zip(bytes.iter().copied())
+        .collect();
+    Ok((x, bytes))
 }
 
 /// Keeps a run's result, or notes its failure; prints either.
@@ -199,13 +221,16 @@ fn record(
     runs: &mut Vec<PoolRun>,
     notes: &mut Vec<String>,
     label: &str,
+    round: usize,
     r: Result<PoolRun>,
 ) {
     match r {
-        Ok(r) => {
+        Ok(mut r) => {
+            r.round = round;
             let t = r.total();
             prog.println(&format!(
-                "  {label}: {:.0} IOPS, hit ratio {}, worst p99 {}",
+                "  round {}, {label}: {:.0} IOPS, hit ratio {}, worst p99 {}",
+                round + 1,
                 t.iops,
                 crate::report::fmt_ratio(t.hit_ratio()),
                 crate::report::fmt_lat(t.p99_ns)
@@ -213,8 +238,8 @@ fn record(
             runs.push(r);
         }
         Err(e) => {
-            prog.println(&format!("  {label}: FAILED: {e:#}"));
-            notes.push(format!("{label}: failed: {e:#}"));
+            prog.println(&format!("  round {}, {label}: FAILED: {e:#}", round + 1));
+            notes.push(format!("round {}, {label}: failed: {e:#}", round + 1));
         }
     }
 }
@@ -388,6 +413,7 @@ fn finish(
     }
     Ok(PoolRun {
         label: label.to_string(),
+        round: 0,
         volumes,
         others_cpu: others,
     })
@@ -425,5 +451,10 @@ mod tests {
         let a = parse_args(["x", "--pool", "--runtime", "3", "--policies", "lru"]);
         let s = settings(&a, 5).unwrap();
         assert_eq!((s.runtime, s.warmup, s.policy.as_str()), (3, 2, "lru"));
+        assert_eq!(s.rounds, 3);
+        let a = parse_args(["x", "--pool", "--rounds", "5"]);
+        assert_eq!(settings(&a, 5).unwrap().rounds, 5);
+        let a = parse_args(["x", "--pool", "--rounds", "0"]);
+        assert!(settings(&a, 5).is_err());
     }
 }

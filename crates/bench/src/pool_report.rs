@@ -1,8 +1,10 @@
 //! The pool benchmark's results: per volume and for the pool, per run
-//! (shared, equal static slices, shared with the scanner off), the table
-//! printed and written as POOL-REPORT.md, and pool-results.json.
+//! (shared, equal static slices, the best static split, shared with the
+//! scanner off) and their medians over the rounds, the tables printed and
+//! written as POOL-REPORT.md, and pool-results.json.
 
 use crate::pool_jobs::{JobMeasured, Workload};
+use crate::pool_rounds::{at_mix, mix_of, paired, ConfigMedians, Spread, VolumeMedians};
 use crate::report::{fmt_bytes, fmt_lat, fmt_ratio};
 use anyhow::Result;
 use serde::Serialize;
@@ -20,6 +22,8 @@ pub struct PoolSettings {
     /// Seconds of each measured run, after a warm-up of half as long.
     pub runtime: u64,
     pub warmup: u64,
+    /// Rounds: each runs every configuration once.
+    pub rounds: usize,
     pub policy: String,
     pub mode: String,
 }
@@ -109,6 +113,8 @@ impl VolumeCounters {
 #[derive(Clone, Debug, Serialize)]
 pub struct PoolRun {
     pub label: String,
+    /// The round it ran in, from 0.
+    pub round: usize,
     /// Every volume that ran a job, in table order.
     pub volumes: Vec<VolumeResult>,
     /// Share of the machine's CPU other processes used meanwhile.
@@ -167,8 +173,17 @@ pub struct SimSplit {
 pub struct PoolResults {
     pub settings: PoolSettings,
     pub workloads: Vec<Workload>,
-    /// [`SHARED`], [`SLICES`], [`BEST`], [`NO_SCAN`], those that ran.
+    /// Every run that finished, in the order they ran: [`SHARED`],
+    /// [`SLICES`], [`BEST`], [`NO_SCAN`] in round 0, rotated after.
     pub runs: Vec<PoolRun>,
+    /// Per configuration that ran at least once, in [`LABELS`] order: its
+    /// medians over the rounds.
+    pub medians: Vec<ConfigMedians>,
+    /// Block references per volume, the shared runs' medians: the fixed
+    /// mix the pool's hit ratios are compared at (see `pool_rounds.rs`).
+    pub mix: Vec<(String, f64)>,
+    /// The simulator's split, from round 0's shared run; every round's
+    /// best-split run uses its slices.
     pub sim: Option<SimSplit>,
     pub notes: Vec<String>,
     pub elapsed_secs: f64,
@@ -178,48 +193,107 @@ pub const SHARED: &str = "shared cache, one server";
 pub const SLICES: &str = "equal static slices, one server each";
 pub const BEST: &str = "best static split (simulator), one server each";
 pub const NO_SCAN: &str = "shared cache, scanner off";
+/// The configurations, in round 0's order.
+pub const LABELS: [&str; 4] = [SHARED, SLICES, BEST, NO_SCAN];
 
 impl PoolResults {
-    pub fn run(&self, label: &str) -> Option<&PoolRun> {
-        self.runs.iter().find(|r| r.label == label)
+    /// The results of `runs`, with each configuration's medians.
+    pub fn new(
+        settings: PoolSettings,
+        workloads: Vec<Workload>,
+        runs: Vec<PoolRun>,
+        sim: Option<SimSplit>,
+        notes: Vec<String>,
+        elapsed_secs: f64,
+    ) -> PoolResults {
+        let scan = workloads.iter().find(|w| w.scanner).map_or("", |w| w.name);
+        let of = |l: &str| -> Vec<&PoolRun> { runs.iter().filter(|r| r.label == l).collect() };
+        let mix = mix_of(&of(SHARED));
+        let medians = LABELS
+            .iter()
+            .filter_map(|l| {
+                let rs = of(l);
+                (!rs.is_empty()).then(|| ConfigMedians::of(l, &rs, scan, &mix))
+            })
+            .collect();
+        PoolResults {
+            settings,
+            workloads,
+            runs,
+            medians,
+            mix,
+            sim,
+            notes,
+            elapsed_secs,
+        }
     }
 
-    /// Per volume (scanner aside): hit ratio with the scanner off minus
-    /// with it on, in points (positive: the scanner cost hits).
-    pub fn scanner_cost(&self) -> Vec<(String, f64)> {
-        let (Some(on), Some(off)) = (self.run(SHARED), self.run(NO_SCAN)) else {
+    pub fn medians(&self, label: &str) -> Option<&ConfigMedians> {
+        self.medians.iter().find(|m| m.label == label)
+    }
+
+    fn scan_name(&self) -> &str {
+        self.workloads
+            .iter()
+            .find(|w| w.scanner)
+            .map_or("", |w| w.name)
+    }
+
+    /// Per volume (scanner aside): its median hit ratio with the scanner
+    /// off minus its median with it on, in points (positive: the scanner
+    /// cost hits), and the same difference per round (paired by round).
+    pub fn scanner_cost(&self) -> Vec<(String, f64, Spread)> {
+        let (Some(on), Some(off)) = (self.medians(SHARED), self.medians(NO_SCAN)) else {
             return Vec::new();
         };
         off.volumes
             .iter()
             .filter_map(|v| {
-                let a = v.hit_ratio()?;
-                let b = on.volume(&v.name)?.hit_ratio()?;
-                Some((v.name.clone(), (a - b) * 100.0))
+                let a = v.hit_ratio.median?;
+                let b = on.volume(&v.name)?.hit_ratio.median?;
+                let name = v.name.clone();
+                let per = paired(&self.runs, NO_SCAN, SHARED, &|r| {
+                    r.volume(&name)?.hit_ratio().map(|x| x * 100.0)
+                });
+                Some((v.name.clone(), (a - b) * 100.0, per))
             })
             .collect()
     }
 }
 
-fn cell(v: Option<&VolumeResult>) -> String {
+fn fmt_spread_ratio(s: &Spread) -> String {
+    match (s.median, s.min, s.max) {
+        (Some(m), Some(lo), Some(hi)) if hi > lo => format!(
+            "{} ({:.1}-{:.1})",
+            fmt_ratio(Some(m)),
+            lo * 100.0,
+            hi * 100.0
+        ),
+        (m, _, _) => fmt_ratio(m),
+    }
+}
+
+fn cell(v: Option<&VolumeMedians>) -> String {
     match v {
         Some(v) => format!(
             "{:.0} | {} | {}",
-            v.iops,
-            fmt_lat(v.p99_ns),
-            fmt_ratio(v.hit_ratio())
+            v.iops.median.unwrap_or(0.0),
+            fmt_lat(v.p99_ns.median.map(|x| x as u64)),
+            fmt_spread_ratio(&v.hit_ratio)
         ),
         None => "- | - | -".into(),
     }
 }
 
-/// The Markdown table: one row per volume and one for the pool; IOPS,
-/// p99 and hit ratio per run, and the scanner's cost per volume.
+/// The Markdown table of medians: one row per volume and one for the
+/// pool; median IOPS, p99 and hit ratio per configuration (the rounds'
+/// lowest and highest hit ratio in brackets), and the scanner's cost per
+/// volume.
 pub fn table(r: &PoolResults) -> String {
     let mut t = String::from("| volume | workload |");
     let mut sep = String::from("|---|---|");
-    for run in &r.runs {
-        let _ = write!(t, " {} IOPS | p99 | hits |", short(&run.label));
+    for m in &r.medians {
+        let _ = write!(t, " {} IOPS | p99 | hits |", short(&m.label));
         sep.push_str("---:|---:|---:|");
     }
     t.push_str(" scanner's cost |\n");
@@ -228,21 +302,88 @@ pub fn table(r: &PoolResults) -> String {
     let cost = r.scanner_cost();
     for w in &r.workloads {
         let _ = write!(t, "| {} | {} |", w.name, w.what);
-        for run in &r.runs {
-            let _ = write!(t, " {} |", cell(run.volume(w.name)));
+        for m in &r.medians {
+            let _ = write!(t, " {} |", cell(m.volume(w.name)));
         }
         match cost.iter().find(|c| c.0 == w.name) {
-            Some((_, p)) => {
-                let _ = writeln!(t, " {p:+.2} points |");
+            Some((_, p, per)) => {
+                let _ = writeln!(
+                    t,
+                    " {p:+.2} points ({:+.1} to {:+.1}) |",
+                    per.min.unwrap_or(0.0),
+                    per.max.unwrap_or(0.0)
+                );
             }
             None => t.push_str(" - |\n"),
         }
     }
     t.push_str("| **pool** | all together |");
-    for run in &r.runs {
-        let _ = write!(t, " {} |", cell(Some(&run.total())));
+    for m in &r.medians {
+        let _ = write!(t, " {} |", cell(Some(&m.pool)));
     }
     t.push_str(" - |\n");
+    t.push_str("| **pool but scan** | the other four |");
+    for m in &r.medians {
+        let _ = write!(t, " {} |", cell(Some(&m.pool_but_scan)));
+    }
+    t.push_str(" - |\n");
+    for (name, what, pick) in [
+        ("pool", "at the shared runs' mix", 0),
+        ("pool but scan", "the other four, at that mix", 1),
+    ] {
+        let _ = write!(t, "| **{name}** | {what} |");
+        for m in &r.medians {
+            let x = if pick == 0 {
+                &m.pool_at_mix
+            } else {
+                &m.pool_but_scan_at_mix
+            };
+            let _ = write!(t, " - | - | {} |", fmt_spread_ratio(x));
+        }
+        t.push_str(" - |\n");
+    }
+    t
+}
+
+/// Every run, one row each in the order they ran: round, configuration,
+/// each volume's hit ratio, the pool's with and without the scanner's
+/// volume and at the fixed mix, the pool's IOPS, the scanner's bypassed IOs (server) against
+/// its IOs (fio) and the CPU other processes used.
+pub fn rounds_table(r: &PoolResults) -> String {
+    let scan = r.scan_name();
+    let mut t = String::from("| round | configuration |");
+    let mut sep = String::from("|---:|---|");
+    for w in &r.workloads {
+        let _ = write!(t, " {} |", w.name);
+        sep.push_str("---:|");
+    }
+    t.push_str(
+        " pool | pool but scan | pool at the mix | pool IOPS | scan bypassed / IOs | others' CPU |\n",
+    );
+    sep.push_str("---:|---:|---:|---:|---:|---:|\n");
+    t.push_str(&sep);
+    for run in &r.runs {
+        let _ = write!(t, "| {} | {} |", run.round + 1, short(&run.label));
+        for w in &r.workloads {
+            let h = run.volume(w.name).and_then(|v| v.hit_ratio());
+            let _ = write!(t, " {} |", fmt_ratio(h));
+        }
+        let (all, but) = (run.total(), run.total_but(scan));
+        let bypass = match run.volume(scan) {
+            Some(v) => format!("{} / {}", v.bypassed_ios, v.total_ios),
+            None => "-".into(),
+        };
+        let _ = writeln!(
+            t,
+            " {} | {} | {} | {:.0} | {} | {} |",
+            fmt_ratio(all.hit_ratio()),
+            fmt_ratio(but.hit_ratio()),
+            fmt_ratio(at_mix(run, &r.mix)),
+            all.iops,
+            bypass,
+            fmt_ratio(run.others_cpu)
+        );
+    }
     t
 }
 
@@ -256,38 +397,63 @@ fn short(label: &str) -> &str {
     }
 }
 
-/// The summary lines: totals shared against slices (and the simulator's
-/// best static split), and the scanner's worst cost against its target.
+fn points(s: &Spread) -> String {
+    match (s.median, s.min, s.max) {
+        (Some(m), Some(lo), Some(hi)) => {
+            format!("{m:+.2} points (rounds {lo:+.2} to {hi:+.2})")
+        }
+        _ => "-".into(),
+    }
+}
+
+/// The summary lines: the targets judged on medians (MET / MISSED), with
+/// each round's difference (paired by round) for the spread; the pools
+/// compared at the shared runs' mix (see `pool_rounds.rs`).
 pub fn summary(r: &PoolResults) -> Vec<String> {
     let mut s = Vec::new();
-    let scan = r
-        .workloads
-        .iter()
-        .find(|w| w.scanner)
-        .map_or("", |w| w.name);
-    let ratio = |v: &VolumeResult| v.hit_ratio().unwrap_or(0.0);
-    if let Some(a) = r.run(SHARED) {
+    let scan = r.scan_name().to_string();
+    let mix = r.mix.clone();
+    let but: Vec<(String, f64)> = mix.iter().filter(|m| m.0 != scan).cloned().collect();
+    if let Some(a) = r.medians(SHARED) {
         for other in [SLICES, BEST] {
-            let Some(b) = r.run(other) else { continue };
-            let (at, bt) = (a.total(), b.total());
-            let (ao, bo) = (a.total_but(scan), b.total_but(scan));
+            let Some(b) = r.medians(other) else { continue };
+            let (am, bm) = (
+                a.pool_at_mix.median.unwrap_or(0.0),
+                b.pool_at_mix.median.unwrap_or(0.0),
+            );
+            let per = paired(&r.runs, SHARED, other, &|x| {
+                at_mix(x, &mix).map(|h| h * 100.0)
+            });
+            let per_but = paired(&r.runs, SHARED, other, &|x| {
+                at_mix(x, &but).map(|h| h * 100.0)
+            });
+            let (ai, bi) = (
+                a.pool.iops.median.unwrap_or(0.0),
+                b.pool.iops.median.unwrap_or(0.0),
+            );
             s.push(format!(
-                "Shared against {other}: pool hit ratio {} against {} ({:+.2} points; without the scanner's volume {} against {}), {:.0} against {:.0} IOPS ({:.2}x). Target, shared at or above: **{}**.",
-                fmt_ratio(at.hit_ratio()),
-                fmt_ratio(bt.hit_ratio()),
-                (ratio(&at) - ratio(&bt)) * 100.0,
-                fmt_ratio(ao.hit_ratio()),
-                fmt_ratio(bo.hit_ratio()),
-                at.iops,
-                bt.iops,
-                if bt.iops > 0.0 { at.iops / bt.iops } else { 0.0 },
-                if ratio(&at) >= ratio(&bt) { "PASS" } else { "MISS" }
+                "Shared against {other}, medians of {} and {} rounds, at the shared runs' mix: pool hit ratio {} against {} ({:+.2} points; per round {}; without the scanner's volume {} against {}, per round {}; each run's own mix: {} against {}), {:.0} against {:.0} IOPS ({:.2}x). Target, shared at or above: **{}**.",
+                a.rounds,
+                b.rounds,
+                fmt_ratio(Some(am)),
+                fmt_ratio(Some(bm)),
+                (am - bm) * 100.0,
+                points(&per),
+                fmt_ratio(a.pool_but_scan_at_mix.median),
+                fmt_ratio(b.pool_but_scan_at_mix.median),
+                points(&per_but),
+                fmt_ratio(a.pool.hit_ratio.median),
+                fmt_ratio(b.pool.hit_ratio.median),
+                ai,
+                bi,
+                if bi > 0.0 { ai / bi } else { 0.0 },
+                if am >= bm { "MET" } else { "MISSED" }
             ));
         }
     }
     if let Some(x) = &r.sim {
         s.push(format!(
-            "Simulator ({} synthetic requests shaped like the jobs): shared {}, best static split {} ({} blocks; measured with slices of {}), equal slices {}.",
+            "Simulator ({} synthetic requests shaped like the jobs, weighted by round 1's shared run): shared {}, best static split {} ({} blocks; measured with slices of {}), equal slices {}.",
             x.requests,
             fmt_ratio(Some(x.shared_hit_ratio)),
             fmt_ratio(Some(x.best_static_hit_ratio)),
@@ -305,10 +471,18 @@ pub fn summary(r: &PoolResults) -> Vec<String> {
         ));
     }
     let cost = r.scanner_cost();
-    if let Some((name, worst)) = cost.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
+    if let Some((name, worst, per)) = cost.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
         s.push(format!(
-            "Scanner on: the worst-hit other volume ({name}) lost {worst:+.2} points of hit ratio (target: at most 1): **{}**.",
-            if *worst <= 1.0 { "PASS" } else { "MISS" }
+            "Scanner on, medians: the worst-hit other volume ({name}) lost {worst:+.2} points of hit ratio (per round {}; target: at most 1): **{}**.",
+            points(per),
+            if *worst <= 1.0 { "MET" } else { "MISSED" }
+        ));
+    }
+    if let Some(m) = r.medians(SHARED).and_then(|m| m.volume(&scan)) {
+        s.push(format!(
+            "The scanner's volume, shared, medians: {:.0} of {:.0} IOs bypassed the cache (the server's count against fio's).",
+            m.bypassed_ios.median.unwrap_or(0.0),
+            m.total_ios.median.unwrap_or(0.0)
         ));
     }
     s
@@ -326,13 +500,14 @@ pub fn write(r: &PoolResults, out: &Path) -> Result<String> {
     let mut md = String::from("# tiercache bench --pool\n\n");
     let _ = writeln!(
         md,
-        "{} volumes of {} each (emulated HDDs over sparse files), one cache of {} (blocks of {}), policy {}, mode {}; each run {} s after a {} s warm-up, all volumes' fio jobs at once. Hit ratios count block hits of reads and writes over the measured run (the server's per-volume counters); p99 is fio's completion latency; the pool's p99 is its worst volume's.\n",
+        "{} volumes of {} each (emulated HDDs over sparse files), one cache of {} (blocks of {}), policy {}, mode {}; {} rounds, each running every configuration once (the order rotated each round), each run {} s after a {} s warm-up, all volumes' fio jobs at once. Hit ratios count block hits of reads and writes over the measured run (the server's per-volume counters); p99 is fio's completion latency; the pool's p99 is its worst volume's. Medians over the rounds, the rounds' lowest and highest hit ratio in brackets:\n",
         r.workloads.len(),
         fmt_bytes(st.volume_size),
         fmt_bytes(st.cache_size),
         fmt_bytes(st.block_size),
         st.policy,
         st.mode,
+        st.rounds,
         st.runtime,
         st.warmup
     );
@@ -341,17 +516,11 @@ pub fn write(r: &PoolResults, out: &Path) -> Result<String> {
     for l in summary(r) {
         let _ = writeln!(md, "- {l}");
     }
-    for run in &r.runs {
-        let _ = writeln!(
-            md,
-            "- {}: other processes used {} of the CPU.",
-            run.label,
-            fmt_ratio(run.others_cpu)
-        );
-    }
     for n in &r.notes {
         let _ = writeln!(md, "- {n}");
     }
+    md.push_str("\nEvery run, hit ratios:\n\n");
+    md.push_str(&rounds_table(r));
     let _ = writeln!(md, "\nThe benchmark took {:.0} s.", r.elapsed_secs);
     std::fs::write(out.join("POOL-REPORT.md"), &md)?;
     Ok(md)

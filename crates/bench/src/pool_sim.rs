@@ -171,6 +171,7 @@ mod tests {
             block_size: 65536,
             runtime: 2,
             warmup: 1,
+            rounds: 1,
             policy: "lru".into(),
             mode: "writethrough".into(),
         };
@@ -181,6 +182,7 @@ mod tests {
         };
         let run = PoolRun {
             label: "x".into(),
+            round: 0,
             volumes: vec![v("hot", 200), v("writer", 20)],
             others_cpu: None,
         };

@@ -22,8 +22,8 @@ pub struct BenchArgs {
     pub runtime: Option<u64>,
     /// Rounds: every configuration runs once per round, rounds
     /// interleave the configurations, and targets are judged on medians.
-    /// Default 3 (1 with --full).
-    #[arg(long)]
+    /// Default 3 (1 with --full). `--rounds` is the same option.
+    #[arg(long, visible_alias = "rounds")]
     pub repeats: Option<usize>,
     /// Cache block size of tiercache and nbdkit's cache filter.
     #[arg(long, default_value = "64k", value_parser = parse_size_arg)]
@@ -96,9 +96,10 @@ pub struct BenchArgs {
     /// simulator's best static split, and without the scanner. Then
     /// --data-size is each volume's size (default 256M), --cache-size the
     /// shared cache's (default 64M), --runtime each measured run's after
-    /// a warm-up of half as long (default 20); --block-size, --policies
-    /// (the first), --modes (the first), --work-dir, --out-dir and
-    /// --keep-files apply, the other options do not.
+    /// a warm-up of half as long (default 20), --rounds the rounds
+    /// (default 3); --block-size, --policies (the first), --modes (the
+    /// first), --work-dir, --out-dir and --keep-files apply, the other
+    /// options do not.
     #[arg(long)]
     pub pool: bool,
 }

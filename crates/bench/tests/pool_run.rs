@@ -1,7 +1,9 @@
-//! `tiercache bench --pool` at a tiny size (seconds per run): every run
-//! (shared, equal slices, the simulator's best split, scanner off)
-//! reports every volume it ran, each with IOs and sane counters, and the
-//! report has a row per volume and the pool's.
+//! `tiercache bench --pool` at a tiny size (seconds per run, two rounds):
+//! every run (shared, equal slices, the simulator's best split, scanner
+//! off) of every round reports every volume it ran, each with IOs and
+//! sane counters, round 2 runs them in another order, the medians cover
+//! both rounds, and the report has a row per volume and the pool's, the
+//! targets judged, and a row per run.
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -45,6 +47,8 @@ fn tiny_pool_reports_every_volume_shared_sliced_and_without_the_scanner() {
         "10M",
         "--runtime",
         "1",
+        "--rounds",
+        "2",
         "--work-dir",
         work.to_str().unwrap(),
         "--out-dir",
@@ -61,15 +65,57 @@ fn tiny_pool_reports_every_volume_shared_sliced_and_without_the_scanner() {
             .unwrap();
     assert!(v["notes"].as_array().unwrap().is_empty(), "{}", v["notes"]);
     let runs = v["runs"].as_array().unwrap();
-    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    let labels: Vec<(u64, &str)> = runs
+        .iter()
+        .map(|r| (r["round"].as_u64().unwrap(), r["label"].as_str().unwrap()))
+        .collect();
+    const SHARED: &str = "shared cache, one server";
+    const SLICES: &str = "equal static slices, one server each";
+    const BEST: &str = "best static split (simulator), one server each";
+    const NO_SCAN: &str = "shared cache, scanner off";
     assert_eq!(
         labels,
         [
-            "shared cache, one server",
-            "equal static slices, one server each",
-            "best static split (simulator), one server each",
-            "shared cache, scanner off"
+            (0, SHARED),
+            (0, SLICES),
+            (0, BEST),
+            (0, NO_SCAN),
+            (1, SLICES),
+            (1, BEST),
+            (1, NO_SCAN),
+            (1, SHARED)
         ]
+    );
+    // Medians per configuration, over both rounds.
+    let medians = v["medians"].as_array().unwrap();
+    let ml: Vec<&str> = medians
+        .iter()
+        .map(|m| m["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(ml, [SHARED, SLICES, BEST, NO_SCAN]);
+    for m in medians {
+        assert_eq!(m["rounds"], 2, "{m}");
+        let h = &m["pool"]["hit_ratio"];
+        let (lo, med, hi) = (
+            h["min"].as_f64().unwrap(),
+            h["median"].as_f64().unwrap(),
+            h["max"].as_f64().unwrap(),
+        );
+        assert!(lo <= med && med <= hi && hi <= 1.0, "{m}");
+        assert!(m["pool"]["iops"]["median"].as_f64().unwrap() > 0.0, "{m}");
+        // At the whole pool's mix: every run but the scanner-off one.
+        let x = m["pool_but_scan_at_mix"]["median"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&x), "{m}");
+        let all = m["pool_at_mix"]["median"].as_f64();
+        assert_eq!(all.is_none(), m["label"] == NO_SCAN, "{m}");
+    }
+    // The fixed mix: every volume's references in the shared runs.
+    let mix = v["mix"].as_array().unwrap();
+    assert_eq!(mix.len(), VOLUMES.len(), "{}", v["mix"]);
+    assert!(
+        mix.iter().all(|x| x[1].as_f64().unwrap() > 0.0),
+        "{}",
+        v["mix"]
     );
     // The simulator's split: ratios, and slices for volumes it names.
     let sim = &v["sim"];
@@ -149,7 +195,15 @@ fn tiny_pool_reports_every_volume_shared_sliced_and_without_the_scanner() {
         "{report}"
     );
     assert!(
-        report.contains("**PASS**") || report.contains("**MISS**"),
+        report.contains("**MET**") || report.contains("**MISSED**"),
         "{report}"
     );
+    assert!(report.contains("| **pool but scan** |"), "{report}");
+    // A row per run: round, configuration.
+    for (round, short) in [(1, "shared"), (2, "shared"), (2, "no scan")] {
+        assert!(
+            report.contains(&format!("| {round} | {short} |")),
+            "{round} {short}:\n{report}"
+        );
+    }
 }
