@@ -12,7 +12,9 @@
 # Every configuration runs once per round; rounds interleave them (odd
 # rounds in reverse order); the summary gives medians over the rounds.
 # CPU per IO = the server's utime + stime delta over the run
-# (/proc/PID/stat) / the IOs fio completed.
+# (/proc/PID/stat) / the IOs fio completed; for fio alone, fio's own CPU
+# (its usr + sys over the run, from its report) / its IOs: what reading
+# the file costs the kernel and fio, the floor for a server reading it.
 #
 # Environment: DATA (default 256M), RUNTIME seconds per run (5), ROUNDS (3),
 # CONNS ("1 4 8"), IODEPTH per connection (8), CONFIGS (all of the above plus
@@ -142,9 +144,15 @@ for round in $(seq "$ROUNDS"); do
     python3 - "$out" "$cfg" "$c" "$round" "$cpu" "$hz" >>"$results" <<'EOF'
 import json, sys
 out, cfg, conns, rnd, cpu, hz = sys.argv[1:]
-r = json.load(open(out))["jobs"][0]["read"]
+job = json.load(open(out))["jobs"][0]
+r = job["read"]
 ios = r["total_ios"]
-per_io = "-" if cpu == "-" or ios == 0 else "%.2f" % (int(cpu) / int(hz) * 1e6 / ios)
+if cpu == "-" and ios > 0:
+    # fio alone: its CPU share (percent) over its jobs' summed runtime (ms).
+    fio_s = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000
+    per_io = "%.2f" % (fio_s * 1e6 / ios)
+else:
+    per_io = "-" if cpu == "-" or ios == 0 else "%.2f" % (int(cpu) / int(hz) * 1e6 / ios)
 print(f"{cfg}\t{conns}\t{rnd}\t{r['iops']:.0f}\t{per_io}")
 EOF
     tail -n 1 "$results"
@@ -174,7 +182,7 @@ def ratio(cfg, c, base):
     rs = [a[r] / b[r] for r in a if r in b and b[r] > 0]
     return "%.0f%%" % (100 * statistics.median(rs)) if rs else "-"
 print()
-print("| configuration | connections | total QD | IOPS median (min-max) | vs fio alone | vs nbdkit file | server CPU per IO (median) |")
+print("| configuration | connections | total QD | IOPS median (min-max) | vs fio alone | vs nbdkit file | server CPU per IO (median; fio alone: fio's) |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for cfg in cfgs:
     for c in conns:

@@ -82,6 +82,10 @@ pub(crate) struct HitRing<'a> {
     /// Reads queued but not yet submitted.
     queued: usize,
     poll_armed: bool,
+    /// The armed poll's firing means bytes are there: the socket has not
+    /// been read since it was armed ([`HitRing::socket_read`]), so it
+    /// needs no second look.
+    poll_fresh: bool,
 }
 
 impl<'a> HitRing<'a> {
@@ -103,6 +107,7 @@ impl<'a> HitRing<'a> {
             sqes_in_flight: 0,
             queued: 0,
             poll_armed: false,
+            poll_fresh: false,
         })
     }
 
@@ -119,10 +124,12 @@ impl<'a> HitRing<'a> {
     }
 
     /// Starts reading hit `read` of request `handle` (`len` bytes at
-    /// `offset`) into `buf` (a spare buffer; grown to hold `len` bytes at
-    /// an [`ALIGN`]ed start). Queues one read per piece; `submit` sends
-    /// them. A piece outside the request ends the hit at once, failed.
-    /// Call only when `Self::fits(len)`.
+    /// `offset`) into `buf` (a spare buffer, whatever it holds; grown, never
+    /// cleared, to hold `len` bytes at an [`ALIGN`]ed start: a buffer that
+    /// served a hit before is used as it is, without zeroing it again).
+    /// Queues one read per piece; `submit` sends them. A piece outside the
+    /// request ends the hit at once, failed. Call only when
+    /// `Self::fits(len)`.
     pub(crate) fn start(
         &mut self,
         handle: u64,
@@ -131,8 +138,9 @@ impl<'a> HitRing<'a> {
         mut buf: Vec<u8>,
         read: DirectRead<'a>,
     ) {
-        buf.clear();
-        buf.resize(len + ALIGN, 0);
+        if buf.len() < len + ALIGN {
+            buf.resize(len + ALIGN, 0);
+        }
         let start = buf.as_ptr().align_offset(ALIGN);
         let bad = read
             .pieces
@@ -146,7 +154,7 @@ impl<'a> HitRing<'a> {
                 self.slots.len() - 1
             }
         };
-        let (fd, reads) = (read.fd, read.pieces.clone());
+        let fd = read.fd;
         let data = buf[start..].as_mut_ptr();
         self.slots[slot] = Some(InFlight {
             handle,
@@ -164,7 +172,8 @@ impl<'a> HitRing<'a> {
             self.slots[slot].as_mut().unwrap().pending = 1;
             return;
         }
-        for (file_offset, at, n) in reads {
+        for i in 0..pieces {
+            let (file_offset, at, n) = self.slots[slot].as_ref().unwrap().read.pieces[i];
             // SAFETY: `at + n <= len` (checked above), and the buffer holds
             // `start + len` bytes, so the kernel writes inside it. The
             // buffer lives in `slots[slot]` (its heap block does not move
@@ -233,6 +242,7 @@ impl<'a> HitRing<'a> {
             Wait::ForHitOrSocket => {
                 if !self.poll_armed {
                     self.poll_armed = true;
+                    self.poll_fresh = true;
                     self.queue(
                         opcode::PollAdd::new(types::Fd(self.socket), libc::POLLIN as u32)
                             .build()
@@ -250,8 +260,9 @@ impl<'a> HitRing<'a> {
             self.sqes_in_flight -= 1;
             if cqe.user_data() == POLL {
                 self.poll_armed = false;
-                // The poll may have fired for bytes read since: look.
-                readable |= self.socket_readable();
+                // A poll armed before the socket was last read may have
+                // fired for bytes read since: look.
+                readable |= (self.poll_fresh && cqe.result() >= 0) || self.socket_readable();
                 continue;
             }
             let slot = (cqe.user_data() >> 32) as usize;
@@ -283,6 +294,13 @@ impl<'a> HitRing<'a> {
             }
         }
         readable
+    }
+
+    /// Tells the ring that its owner may have read the socket since the
+    /// last [`HitRing::reap`]: a poll armed before then and firing later
+    /// may have fired for bytes already read, so it is checked.
+    pub(crate) fn socket_read(&mut self) {
+        self.poll_fresh = false;
     }
 
     /// Whether the socket has bytes to read, or is closed or failed (a read
