@@ -33,6 +33,9 @@ pub struct SimArgs {
     /// the workload.
     #[arg(long)]
     fio_job: Option<PathBuf>,
+    /// The job section of --fio-job to simulate (default: the first).
+    #[arg(long, requires = "fio_job")]
+    fio_section: Option<String>,
     /// A synthetic workload: zipf:THETA, pareto:H, uniform, normal:SIGMA
     /// (fio's definitions).
     #[arg(long)]
@@ -119,7 +122,7 @@ pub fn run(a: &SimArgs) -> Result<()> {
     } else if let Some(path) = &a.fio_job {
         Input::FioJob {
             path: path.clone(),
-            section: None,
+            section: a.fio_section.clone(),
             ios: a.ios,
         }
     } else {

@@ -88,6 +88,31 @@ fn fio_iolog_trace_is_replayed_and_bad_input_is_explained() {
     assert!(err.contains("t.iolog:2") && err.contains("banana"), "{err}");
 }
 
+/// A job file of two sections: the first is simulated and the other named
+/// in a note; `--fio-section` takes the other; an unknown one is refused.
+#[test]
+fn a_fio_job_sections_are_chosen_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("two.fio");
+    std::fs::write(
+        &job,
+        "[global]\nrw=randread\nbs=4k\n[small]\nsize=1m\n[large]\nsize=4m\n",
+    )
+    .unwrap();
+    let job = job.to_str().unwrap();
+    let args = ["--fio-job", job, "--cache-sizes", "1M", "--no-opt"];
+    let (out, err, ok) = sim(&args);
+    assert!(ok, "{err}");
+    assert!(out.contains("[small]") && out.contains("ios=256 "), "{out}");
+    assert!(out.contains("[large] beside [small]"), "{out}");
+    let (out, err, ok) = sim(&[&args[..], &["--fio-section", "large"]].concat());
+    assert!(ok, "{err}");
+    assert!(out.contains("ios=1024 "), "{out}");
+    let (_, err, ok) = sim(&[&args[..], &["--fio-section", "nope"]].concat());
+    assert!(!ok);
+    assert!(err.contains("no section [nope]"), "{err}");
+}
+
 /// `--pool`: a Tencent CBS trace of three volumes (a hot loop, a
 /// scanner, a small reader) replayed as one shared cache against static
 /// splits; the table and the JSON (with each volume's curve) say so.

@@ -144,6 +144,17 @@ pub fn parse_fio_job(text: &str, section: Option<&str>) -> Result<FioJob> {
         opts.insert(k.clone(), v.clone());
     }
     let mut notes = Vec::new();
+    let others: Vec<&str> = sections
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| *n != "global" && n != name)
+        .collect();
+    if !others.is_empty() {
+        notes.push(format!(
+            "fio would run the job sections [{}] beside [{name}] (not modelled): only [{name}] is simulated (--fio-section NAME takes another; numjobs=N in one section runs N alike)",
+            others.join("], [")
+        ));
+    }
     let mut w = Workload {
         distribution: Distribution::Uniform,
         rwmixread: 100,
@@ -404,6 +415,22 @@ write_iops_log=/var/tmp/fio-${FIOTEST}
         assert!(t.open_ended);
         assert!(!job("time_based=0\n").open_ended);
         assert!(parse_fio_job("[j]\nloops=0\n", None).is_err());
+    }
+
+    #[test]
+    fn the_other_job_sections_are_named_in_a_note() {
+        let text = "[global]\nbs=4k\nsize=1m\n[a]\n[b]\n[c]\n";
+        let a = parse_fio_job(text, None).unwrap();
+        assert_eq!(a.name, "a");
+        assert!(
+            a.notes.iter().any(|n| n.contains("[b], [c] beside [a]")),
+            "{:?}",
+            a.notes
+        );
+        let b = parse_fio_job(text, Some("b")).unwrap();
+        assert!(b.notes.iter().any(|n| n.contains("[a], [c] beside [b]")));
+        let one = parse_fio_job("[global]\nbs=4k\nsize=1m\n[a]\n", None).unwrap();
+        assert!(!one.notes.iter().any(|n| n.contains("beside")));
     }
 
     #[test]
