@@ -82,10 +82,6 @@ pub(crate) struct HitRing<'a> {
     /// Reads queued but not yet submitted.
     queued: usize,
     poll_armed: bool,
-    /// The armed poll's firing means bytes are there: the socket has not
-    /// been read since it was armed ([`HitRing::socket_read`]), so it
-    /// needs no second look.
-    poll_fresh: bool,
 }
 
 impl<'a> HitRing<'a> {
@@ -107,7 +103,6 @@ impl<'a> HitRing<'a> {
             sqes_in_flight: 0,
             queued: 0,
             poll_armed: false,
-            poll_fresh: false,
         })
     }
 
@@ -242,7 +237,6 @@ impl<'a> HitRing<'a> {
             Wait::ForHitOrSocket => {
                 if !self.poll_armed {
                     self.poll_armed = true;
-                    self.poll_fresh = true;
                     self.queue(
                         opcode::PollAdd::new(types::Fd(self.socket), libc::POLLIN as u32)
                             .build()
@@ -260,9 +254,8 @@ impl<'a> HitRing<'a> {
             self.sqes_in_flight -= 1;
             if cqe.user_data() == POLL {
                 self.poll_armed = false;
-                // A poll armed before the socket was last read may have
-                // fired for bytes read since: look.
-                readable |= (self.poll_fresh && cqe.result() >= 0) || self.socket_readable();
+                // The poll may have fired for bytes read since: look.
+                readable |= self.socket_readable();
                 continue;
             }
             let slot = (cqe.user_data() >> 32) as usize;
@@ -294,13 +287,6 @@ impl<'a> HitRing<'a> {
             }
         }
         readable
-    }
-
-    /// Tells the ring that its owner may have read the socket since the
-    /// last [`HitRing::reap`]: a poll armed before then and firing later
-    /// may have fired for bytes already read, so it is checked.
-    pub(crate) fn socket_read(&mut self) {
-        self.poll_fresh = false;
     }
 
     /// Whether the socket has bytes to read, or is closed or failed (a read

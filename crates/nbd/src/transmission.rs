@@ -492,8 +492,6 @@ impl<'a> Conn<'a> {
             }
             return;
         };
-        // Since the last call, requests (and payloads) were read.
-        ring.socket_read();
         let mut wait = Wait::No;
         loop {
             let readable = ring.reap(wait, &mut side.done);
