@@ -15,79 +15,178 @@
 //! on its next executor tick; if it is asleep in the kernel, the eventfd
 //! read completes and wakes it. A spurious eventfd wake-up costs one loop.
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// The jobs waiting for a worker, and who may still add to them.
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Live [`Submitter`]s; at 0 with no job left, the workers exit.
+    submitters: usize,
+    /// Worker threads still running (a job that panics ends its thread).
+    workers: usize,
+    /// Workers waiting for a job.
+    idle: usize,
+    /// Of those, woken for a job and not yet back at the queue: a job is
+    /// only worth a wake-up when the jobs queued outnumber them.
+    woken: usize,
+}
+
+/// One queue under one lock, and one condition variable the idle workers
+/// wait on: a job wakes exactly one of them (a lock around a channel, as
+/// before, woke two: the thread waiting in the channel, then, when it let
+/// the lock go, the next thread waiting for the lock).
+struct Inner {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
 /// A fixed set of threads running jobs in submission order.
 pub struct WorkerPool {
-    jobs: Option<mpsc::Sender<Job>>,
+    submitter: Option<Submitter>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl WorkerPool {
     /// Starts `n` (at least 1) worker threads named `name-K`.
     pub fn new(n: usize, name: &str) -> io::Result<WorkerPool> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
+        let inner = Arc::new(Inner {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                submitters: 1,
+                workers: 0,
+                idle: 0,
+                woken: 0,
+            }),
+            ready: Condvar::new(),
+        });
         let mut threads = Vec::new();
         for k in 0..n.max(1) {
-            let rx = rx.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("{name}-{k}"))
-                    .spawn(move || {
-                        mark_io_flusher();
-                        loop {
-                            // One thread waits in recv() while holding the
-                            // lock; the others wait for the lock. The lock
-                            // is released before the job runs.
-                            let job = rx.lock().recv();
-                            match job {
-                                Ok(job) => job(),
-                                Err(mpsc::RecvError) => break,
-                            }
+            let mine = inner.clone();
+            inner.queue.lock().workers += 1;
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{k}"))
+                .spawn(move || {
+                    mark_io_flusher();
+                    let _exit = WorkerExit(&mine);
+                    let mut q = mine.queue.lock();
+                    loop {
+                        if let Some(job) = q.jobs.pop_front() {
+                            drop(q);
+                            job();
+                            q = mine.queue.lock();
+                        } else if q.submitters == 0 {
+                            break;
+                        } else {
+                            q.idle += 1;
+                            mine.ready.wait(&mut q);
+                            q.idle -= 1;
+                            q.woken = q.woken.saturating_sub(1);
                         }
-                    })?,
-            );
+                    }
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    inner.queue.lock().workers -= 1;
+                    // The threads started so far exit with the pool.
+                    drop(WorkerPool {
+                        submitter: Some(Submitter(inner)),
+                        threads,
+                    });
+                    return Err(e);
+                }
+            }
         }
         Ok(WorkerPool {
-            jobs: Some(tx),
+            submitter: Some(Submitter(inner)),
             threads,
         })
     }
 
     /// A handle to submit jobs with; cheap to clone, usable from any thread.
     pub fn submitter(&self) -> Submitter {
-        Submitter(self.jobs.clone().expect("pool is running"))
+        self.submitter.clone().expect("pool is running")
     }
 
     /// Waits for the queued jobs to finish and stops the threads. Every
     /// [`Submitter`] must have been dropped, or this waits for that too.
     pub fn shutdown(mut self) {
-        self.jobs = None;
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.submitter = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Counts a worker out when its thread ends, by a panic too.
+struct WorkerExit<'a>(&'a Inner);
+
+impl Drop for WorkerExit<'_> {
+    fn drop(&mut self) {
+        self.0.queue.lock().workers -= 1;
+    }
+}
+
 /// Sends jobs to a [`WorkerPool`].
-#[derive(Clone)]
-pub struct Submitter(mpsc::Sender<Job>);
+pub struct Submitter(Arc<Inner>);
 
 impl Submitter {
-    /// Queues `job`; false if the pool has stopped (the job is dropped).
+    /// Queues `job`; false if the pool has no worker left (the job is
+    /// dropped).
     pub fn submit(&self, job: impl FnOnce() + Send + 'static) -> bool {
-        self.0.send(Box::new(job)).is_ok()
+        let mut q = self.0.queue.lock();
+        if q.workers == 0 {
+            return false;
+        }
+        q.jobs.push_back(Box::new(job));
+        let wake = q.idle > q.woken && q.jobs.len() > q.woken;
+        if wake {
+            q.woken += 1;
+        }
+        drop(q);
+        if wake {
+            self.0.ready.notify_one();
+        }
+        true
+    }
+}
+
+impl Clone for Submitter {
+    fn clone(&self) -> Self {
+        self.0.queue.lock().submitters += 1;
+        Submitter(self.0.clone())
+    }
+}
+
+impl Drop for Submitter {
+    fn drop(&mut self) {
+        let mut q = self.0.queue.lock();
+        q.submitters -= 1;
+        if q.submitters == 0 {
+            drop(q);
+            // The idle workers see that no job can come any more.
+            self.0.ready.notify_all();
+        }
     }
 }
 
@@ -125,6 +224,12 @@ impl Completion {
     }
 
     /// Resolves to the next stored result (and clears it).
+    /// The result, if the job has completed since the last take (for a
+    /// caller that polls instead of awaiting [`Completion::wait`]).
+    pub fn try_take(&self) -> Option<i32> {
+        self.state.lock().0.take()
+    }
+
     pub fn wait(&self) -> WaitCompletion<'_> {
         WaitCompletion(self)
     }
@@ -209,6 +314,59 @@ mod tests {
         drop(s);
         pool.shutdown();
         assert_eq!(done.load(Ordering::SeqCst), 100);
+    }
+
+    /// Jobs that block (as the export's device IO does) each get a thread
+    /// of their own: four jobs that wait for one another all run at once.
+    #[test]
+    fn blocking_jobs_run_side_by_side() {
+        let pool = WorkerPool::new(4, "test").unwrap();
+        let s = pool.submitter();
+        for _round in 0..50 {
+            let barrier = Arc::new(std::sync::Barrier::new(4));
+            let (tx, rx) = std::sync::mpsc::channel();
+            for _ in 0..4 {
+                let (b, tx) = (barrier.clone(), tx.clone());
+                assert!(s.submit(move || {
+                    b.wait();
+                    tx.send(()).unwrap();
+                }));
+            }
+            for _ in 0..4 {
+                rx.recv_timeout(std::time::Duration::from_secs(60))
+                    .expect("a job waited for a worker that was never woken");
+            }
+        }
+        drop(s);
+        pool.shutdown();
+    }
+
+    /// A job that panics ends its thread, not the pool: the others keep
+    /// running jobs, and with no worker left a submit says so.
+    #[test]
+    fn a_panicking_job_costs_its_thread_only() {
+        let pool = WorkerPool::new(2, "test").unwrap();
+        let s = pool.submitter();
+        assert!(s.submit(|| panic!("a failing job")));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..10 {
+            let tx = tx.clone();
+            assert!(s.submit(move || tx.send(()).unwrap()));
+        }
+        for _ in 0..10 {
+            rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+        }
+        assert!(s.submit(|| panic!("the last worker")));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while s.submit(|| {}) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the workers never ended"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(s);
+        pool.shutdown();
     }
 
     #[test]
