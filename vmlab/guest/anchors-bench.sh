@@ -37,6 +37,8 @@ RUNTIME=${BENCH_RUNTIME:-15}
 JUNK_RUNTIME=${BENCH_JUNK_RUNTIME:-20}
 CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmcache-empty lvmcache-junk tiercache-empty tiercache-junk tiercache-ublk-empty tiercache-ublk-junk}
 SIZES=${BENCH_SIZES:-fits nofit}
+CONFIGS=${CONFIGS//,/ } # (commas too: ANCHORS_ENV splits on spaces)
+SIZES=${SIZES//,/ }
 NBD_CONNECTIONS=${BENCH_NBD_CONNECTIONS:-2}
 HDD=$(disk hdd)
 SSD=$(disk ssd)
@@ -243,6 +245,17 @@ run_config() {
       grep -v '^$' | head -n 400 >"$OUT/perf-$name-$size.txt" || true
     perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm --stdio -g none 2>/dev/null |
       grep '%' | head -n 30 >"$OUT/perf-$name-$size-comm.txt" || true
+    perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
+      grep '%' | head -n 300 >"$OUT/perf-$name-$size-flat.txt" || true
+    if [ "$kind" = tiercache ]; then
+      # The server's threads by symbol: the queue threads, the workers
+      # (ublk-io-N, nbd workers) and the cleaner, each group summed.
+      perf report -i "$OUT/perf-$name-$size.data" --no-children --sort sym --stdio -g none \
+        --comms "$(seq -s, -f 'ublk-io-%g' 0 63)" 2>/dev/null |
+        grep '%' | head -n 120 >"$OUT/perf-$name-$size-workers.txt" || true
+      perf report -i "$OUT/perf-$name-$size.data" --no-children --sort sym --stdio -g none \
+        --comms ublk0 2>/dev/null | grep '%' | head -n 120 >"$OUT/perf-$name-$size-queues.txt" || true
+    fi
     rm -f "$OUT/perf-$name-$size.data"
   fi
   after=$("${kind}_counters")
