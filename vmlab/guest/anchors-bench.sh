@@ -25,6 +25,7 @@
 # BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
 # BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU),
+# BENCH_UBLK_QUEUES (serve --ublk-queues; default: the server's),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run into
 # perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
@@ -137,7 +138,7 @@ tiercache_setup() {
   local serve=(tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL")
   if [ "$frontend" = ublk ]; then
     while [ -e /dev/ublkc0 ]; do sleep 0.1; done
-    "${serve[@]}" --ublk --ublk-id 0 >>"$OUT/tiercache.log" 2>&1 &
+    "${serve[@]}" --ublk --ublk-id 0 ${BENCH_UBLK_QUEUES:+--ublk-queues "$BENCH_UBLK_QUEUES"} >>"$OUT/tiercache.log" 2>&1 &
     TC_PID=$!
     DEV=/dev/ublkb0
     wait_for_path "$DEV" 60

@@ -286,7 +286,7 @@ struct ServeArgs {
     /// ublk driver (Linux >= 6.0, root) instead of over NBD.
     #[arg(long)]
     ublk: bool,
-    /// ublk hardware queues (default: the CPUs, at most 4).
+    /// ublk hardware queues, one thread each (default 1).
     #[arg(long, value_name = "N")]
     ublk_queues: Option<u16>,
     /// ublk requests in flight per queue (default 64).

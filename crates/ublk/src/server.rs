@@ -24,7 +24,12 @@ use tiercache_frontend::{Checked, Export};
 /// How to serve an export as a ublk device.
 #[derive(Debug, Clone)]
 pub struct UblkConfig {
-    /// Hardware queues (one io_uring thread each), 1..=32.
+    /// Hardware queues (one io_uring thread each), 1..=32. Default 1, as
+    /// ublksrv's and rublk's: one queue thread takes every CPU's requests
+    /// in larger batches and contends with no other queue thread for the
+    /// engine (in the VM lab, 2 vCPUs: 28-35% less of tiercache's CPU per
+    /// IO than one queue per CPU, docs/BENCHMARKS.md). More for a fast
+    /// cache device that one thread cannot keep busy.
     pub queues: u16,
     /// Requests in flight per queue, 1..=4096.
     pub depth: u16,
@@ -46,9 +51,7 @@ pub struct UblkConfig {
 impl Default for UblkConfig {
     fn default() -> Self {
         UblkConfig {
-            queues: std::thread::available_parallelism()
-                .map(|n| n.get().min(4) as u16)
-                .unwrap_or(1),
+            queues: 1,
             depth: 64,
             max_io_bytes: 512 << 10,
             dev_id: None,
