@@ -119,10 +119,12 @@ impl<'a> HitRing<'a> {
     }
 
     /// Starts reading hit `read` of request `handle` (`len` bytes at
-    /// `offset`) into `buf` (a spare buffer; grown to hold `len` bytes at
-    /// an [`ALIGN`]ed start). Queues one read per piece; `submit` sends
-    /// them. A piece outside the request ends the hit at once, failed.
-    /// Call only when `Self::fits(len)`.
+    /// `offset`) into `buf` (a spare buffer, whatever it holds; grown, never
+    /// cleared, to hold `len` bytes at an [`ALIGN`]ed start: a buffer that
+    /// served a hit before is used as it is, without zeroing it again).
+    /// Queues one read per piece; `submit` sends them. A piece outside the
+    /// request ends the hit at once, failed. Call only when
+    /// `Self::fits(len)`.
     pub(crate) fn start(
         &mut self,
         handle: u64,
@@ -131,8 +133,9 @@ impl<'a> HitRing<'a> {
         mut buf: Vec<u8>,
         read: DirectRead<'a>,
     ) {
-        buf.clear();
-        buf.resize(len + ALIGN, 0);
+        if buf.len() < len + ALIGN {
+            buf.resize(len + ALIGN, 0);
+        }
         let start = buf.as_ptr().align_offset(ALIGN);
         let bad = read
             .pieces
@@ -146,7 +149,7 @@ impl<'a> HitRing<'a> {
                 self.slots.len() - 1
             }
         };
-        let (fd, reads) = (read.fd, read.pieces.clone());
+        let fd = read.fd;
         let data = buf[start..].as_mut_ptr();
         self.slots[slot] = Some(InFlight {
             handle,
@@ -164,7 +167,8 @@ impl<'a> HitRing<'a> {
             self.slots[slot].as_mut().unwrap().pending = 1;
             return;
         }
-        for (file_offset, at, n) in reads {
+        for i in 0..pieces {
+            let (file_offset, at, n) = self.slots[slot].as_ref().unwrap().read.pieces[i];
             // SAFETY: `at + n <= len` (checked above), and the buffer holds
             // `start + len` bytes, so the kernel writes inside it. The
             // buffer lives in `slots[slot]` (its heap block does not move
