@@ -652,8 +652,12 @@ impl<'a> Conn<'a> {
         // A panicking export must not take the connection down with it:
         // the request fails with EIO and the slot is released.
         let run = std::panic::AssertUnwindSafe(|| match cmd {
-            // Zero bytes: nothing to ask of the export.
-            _ if cmd.is_empty() => Ok(()),
+            // Zero bytes: nothing to ask of the export (and no data to
+            // send: a spare buffer comes with what it held).
+            _ if cmd.is_empty() => {
+                buf.clear();
+                Ok(())
+            }
             Command::Read { offset, len } => {
                 buf.resize(len as usize, 0);
                 ex.read(offset, &mut buf)
