@@ -119,10 +119,12 @@ impl<'a> HitRing<'a> {
     }
 
     /// Starts reading hit `read` of request `handle` (`len` bytes at
-    /// `offset`) into `buf` (a spare buffer; grown to hold `len` bytes at
-    /// an [`ALIGN`]ed start). Queues one read per piece; `submit` sends
-    /// them. A piece outside the request ends the hit at once, failed.
-    /// Call only when `Self::fits(len)`.
+    /// `offset`) into `buf` (a spare buffer, whatever it holds; grown, never
+    /// cleared, to hold `len` bytes at an [`ALIGN`]ed start: a buffer that
+    /// served a hit before is used as it is, without zeroing it again).
+    /// Queues one read per piece; `submit` sends them. A piece outside the
+    /// request ends the hit at once, failed. Call only when
+    /// `Self::fits(len)`.
     pub(crate) fn start(
         &mut self,
         handle: u64,
@@ -131,8 +133,9 @@ impl<'a> HitRing<'a> {
         mut buf: Vec<u8>,
         read: DirectRead<'a>,
     ) {
-        buf.clear();
-        buf.resize(len + ALIGN, 0);
+        if buf.len() < len + ALIGN {
+            buf.resize(len + ALIGN, 0);
+        }
         let start = buf.as_ptr().align_offset(ALIGN);
         let bad = read
             .pieces
@@ -146,7 +149,7 @@ impl<'a> HitRing<'a> {
                 self.slots.len() - 1
             }
         };
-        let (fd, reads) = (read.fd, read.pieces.clone());
+        let fd = read.fd;
         let data = buf[start..].as_mut_ptr();
         self.slots[slot] = Some(InFlight {
             handle,
@@ -164,7 +167,8 @@ impl<'a> HitRing<'a> {
             self.slots[slot].as_mut().unwrap().pending = 1;
             return;
         }
-        for (file_offset, at, n) in reads {
+        for i in 0..pieces {
+            let (file_offset, at, n) = self.slots[slot].as_ref().unwrap().read.pieces[i];
             // SAFETY: `at + n <= len` (checked above), and the buffer holds
             // `start + len` bytes, so the kernel writes inside it. The
             // buffer lives in `slots[slot]` (its heap block does not move
@@ -250,7 +254,13 @@ impl<'a> HitRing<'a> {
             self.sqes_in_flight -= 1;
             if cqe.user_data() == POLL {
                 self.poll_armed = false;
-                // The poll may have fired for bytes read since: look.
+                // The poll may have fired for bytes read since, even if
+                // the socket was not read after it was armed: a sender
+                // wakes the socket's waiters only after queueing its
+                // bytes, so a read in between takes them and a poll armed
+                // after it still gets that wake-up. Trusting the poll
+                // there (99bd3c3) left a reader blocked in its read with
+                // hits in flight that only it could answer. Look.
                 readable |= self.socket_readable();
                 continue;
             }
@@ -326,5 +336,68 @@ impl Drop for HitRing<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A hit with nothing to read: it finishes at the next reap.
+    fn empty_hit<'a>() -> DirectRead<'a> {
+        DirectRead::new(-1, Vec::new(), |r| r)
+    }
+
+    /// A socket poll that fired for bytes no longer there does not make
+    /// the socket readable: the reader would block in its read with hits
+    /// in flight that only it can answer, while the client waits for
+    /// them. The kernel does fire a poll so: a sender wakes the socket's
+    /// waiters only after queueing its bytes, so a reader that reads them
+    /// in between and then arms the poll gets the late wake-up for bytes
+    /// it already has (no read since the arming to tell). No test can
+    /// stop a sender in that window; this one takes the bytes away
+    /// between the poll's firing and the reap, which leaves the ring
+    /// with the same completion and the same empty socket.
+    #[test]
+    fn a_poll_fired_for_bytes_gone_is_not_readable() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut ring = match HitRing::new(ours.as_raw_fd()) {
+            Ok(r) => r,
+            Err(e) => {
+                tiercache_testkit::skip(
+                    "a_poll_fired_for_bytes_gone_is_not_readable",
+                    &format!("io_uring is refused here ({e})"),
+                );
+                return;
+            }
+        };
+        let mut done = Vec::new();
+        // A wait that a hit ends: the poll armed for it stays armed.
+        ring.start(1, 0, 0, Vec::new(), empty_hit());
+        assert!(!ring.reap(Wait::ForHitOrSocket, &mut done));
+        assert_eq!(done.len(), 1);
+        assert!(ring.poll_armed);
+        // The poll fires; its bytes are gone before the ring looks.
+        theirs.write_all(b"x").unwrap();
+        (&ours).read_exact(&mut [0u8]).unwrap();
+        ring.start(2, 0, 0, Vec::new(), empty_hit());
+        let mut readable = false;
+        for _ in 0..100 {
+            readable |= ring.reap(Wait::ForHitOrSocket, &mut done);
+            if !ring.poll_armed {
+                break;
+            }
+            // The hit was reaped before the poll's completion: wait for
+            // the poll alone (a nop hit ends the wait if it never fires).
+            ring.start(3, 0, 0, Vec::new(), empty_hit());
+        }
+        assert!(!ring.poll_armed, "the poll never fired");
+        assert!(
+            !readable,
+            "an empty socket was said to be readable: a read would block"
+        );
     }
 }

@@ -26,7 +26,7 @@
 use crate::config::ServerConfig;
 use crate::hit_ring::{Finished, HitRing, Wait};
 use crate::proto::{self, Command, TransmissionContext, Verdict};
-use crate::replies::ReadReplies;
+use crate::replies::{ReadReplies, MAX_REPLIES};
 use crate::sockets::Stream;
 use crate::wire::nbd_errno;
 use parking_lot::{Condvar, Mutex};
@@ -79,10 +79,13 @@ struct Conn<'a> {
 const KEEP_BUF: usize = 1 << 20;
 
 /// What only the reader thread uses: the ring for hits (None: hits are
-/// read in turn) and the read replies it has ready to send.
+/// read in turn), the read replies it has ready to send, and the list the
+/// ring's finished hits are collected in (kept, so that reaping allocates
+/// nothing).
 struct ReaderSide<'r, 'a> {
     ring: Option<&'r mut HitRing<'a>>,
     replies: ReadReplies,
+    done: Vec<Finished>,
 }
 
 /// Serves requests on a negotiated connection until the client
@@ -148,6 +151,7 @@ pub(crate) fn serve<R: Read>(
         let mut side = ReaderSide {
             ring: ring.as_mut(),
             replies: ReadReplies::default(),
+            done: Vec::new(),
         };
         if !conn.broken.load(Ordering::SeqCst) {
             conn.read_requests(reader, ctx, &mut side);
@@ -442,7 +446,6 @@ impl<'a> Conn<'a> {
         let full = |st: &State| {
             st.count >= self.max_inflight || (st.count > 0 && st.bytes + bytes > self.max_bytes)
         };
-        let mut done = Vec::new();
         let mut st = self.state.lock();
         while full(&st) {
             if !side.replies.is_empty() {
@@ -452,8 +455,8 @@ impl<'a> Conn<'a> {
                 match side.ring.as_deref_mut() {
                     Some(r) if r.in_flight() > 0 => {
                         drop(st);
-                        r.reap(Wait::ForHit, &mut done);
-                        self.answer_hits(&mut side.replies, &mut done);
+                        r.reap(Wait::ForHit, &mut side.done);
+                        self.answer_hits(&mut side.replies, &mut side.done);
                     }
                     _ => {
                         self.room_cv.wait(&mut st);
@@ -489,11 +492,10 @@ impl<'a> Conn<'a> {
             }
             return;
         };
-        let mut done = Vec::new();
         let mut wait = Wait::No;
         loop {
-            let readable = ring.reap(wait, &mut done);
-            self.answer_hits(&mut side.replies, &mut done);
+            let readable = ring.reap(wait, &mut side.done);
+            self.answer_hits(&mut side.replies, &mut side.done);
             if buffered {
                 return;
             }
@@ -520,29 +522,34 @@ impl<'a> Conn<'a> {
     /// ready (the connection is ending; a failed hit still goes to the
     /// workers).
     fn drain_hits(&self, side: &mut ReaderSide<'_, 'a>) {
-        let mut done = Vec::new();
         if let Some(ring) = side.ring.as_deref_mut() {
             while ring.in_flight() > 0 {
-                ring.reap(Wait::ForHit, &mut done);
-                self.answer_hits(&mut side.replies, &mut done);
+                ring.reap(Wait::ForHit, &mut side.done);
+                self.answer_hits(&mut side.replies, &mut side.done);
             }
         }
         self.flush_replies(&mut side.replies);
     }
 
     /// Sends the replies in `replies` with one `writev` and releases their
-    /// requests' buffers and slots.
+    /// requests' buffers and slots. The buffers go back to the spares as
+    /// they are, not cleared: every user of a spare sets its length itself
+    /// and overwrites what it sends, and a hit's next read into one then
+    /// need not zero it again ([`HitRing::start`]).
     fn flush_replies(&self, replies: &mut ReadReplies) {
         if replies.is_empty() {
             return;
         }
-        let parts: Vec<&[u8]> = replies.parts().collect();
-        self.send(&parts);
-        drop(parts);
+        let mut parts: [&[u8]; 2 * MAX_REPLIES] = [&[]; 2 * MAX_REPLIES];
+        let mut n = 0;
+        for p in replies.parts() {
+            parts[n] = p;
+            n += 1;
+        }
+        self.send(&parts[..n]);
         let mut st = self.state.lock();
-        for (mut buf, bytes) in replies.drain_buffers() {
+        for (buf, bytes) in replies.drain_buffers() {
             if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
-                buf.clear();
                 st.bufs.push(buf);
             }
             st.count -= 1;
@@ -645,8 +652,12 @@ impl<'a> Conn<'a> {
         // A panicking export must not take the connection down with it:
         // the request fails with EIO and the slot is released.
         let run = std::panic::AssertUnwindSafe(|| match cmd {
-            // Zero bytes: nothing to ask of the export.
-            _ if cmd.is_empty() => Ok(()),
+            // Zero bytes: nothing to ask of the export (and no data to
+            // send: a spare buffer comes with what it held).
+            _ if cmd.is_empty() => {
+                buf.clear();
+                Ok(())
+            }
             Command::Read { offset, len } => {
                 buf.resize(len as usize, 0);
                 ex.read(offset, &mut buf)
