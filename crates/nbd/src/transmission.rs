@@ -55,6 +55,25 @@ struct State {
     bytes: u64,
     /// Spare buffers (capacity at most `KEEP_BUF`), reused for payloads.
     bufs: Vec<Vec<u8>>,
+    /// Workers waiting for a job.
+    idle: usize,
+    /// Of those, woken for a job and not yet back at the queue.
+    woken: usize,
+}
+
+impl State {
+    /// Queues `job`; true if an idle worker must be woken for it: a job
+    /// is only worth a wake-up when the jobs queued outnumber the workers
+    /// already woken and on their way (each wake-up is a thread switch,
+    /// and a worker that finishes a job takes the next queued one itself).
+    fn push_job(&mut self, job: Job) -> bool {
+        self.jobs.push_back(job);
+        let wake = self.idle > self.woken && self.jobs.len() > self.woken;
+        if wake {
+            self.woken += 1;
+        }
+        wake
+    }
 }
 
 struct Conn<'a> {
@@ -126,6 +145,8 @@ pub(crate) fn serve<R: Read>(
             count: 0,
             bytes: 0,
             bufs: Vec::new(),
+            idle: 0,
+            woken: 0,
         }),
         work_cv: Condvar::new(),
         room_cv: Condvar::new(),
@@ -315,6 +336,7 @@ impl<'a> Conn<'a> {
                         _ => 0,
                     };
                     let handle = h.handle;
+                    let wake;
                     if let Command::Write { len, offset, .. } = cmd {
                         let mut buf = self.acquire(bytes, side);
                         buf.resize(len as usize, 0);
@@ -327,7 +349,7 @@ impl<'a> Conn<'a> {
                             self.finish(buf, bytes);
                             return;
                         }
-                        self.state.lock().jobs.push_back(Job { handle, cmd, buf });
+                        wake = self.state.lock().push_job(Job { handle, cmd, buf });
                     } else if let Command::Read { offset, len } = cmd {
                         // A read the export can answer at once (a cache
                         // hit) is answered here, saving the hand-off to a
@@ -382,18 +404,20 @@ impl<'a> Conn<'a> {
                             None => {}
                         }
                         buf.clear();
-                        self.state.lock().jobs.push_back(Job { handle, cmd, buf });
+                        wake = self.state.lock().push_job(Job { handle, cmd, buf });
                     } else {
                         // No payload: take the slot and queue in one go; the
                         // worker picks a buffer if it needs one.
                         let mut st = self.wait_for_room(bytes, side);
-                        st.jobs.push_back(Job {
+                        wake = st.push_job(Job {
                             handle,
                             cmd,
                             buf: Vec::new(),
                         });
                     }
-                    self.work_cv.notify_one();
+                    if wake {
+                        self.work_cv.notify_one();
+                    }
                 }
                 Verdict::Reject {
                     errno,
@@ -584,7 +608,7 @@ impl<'a> Conn<'a> {
                     if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
                         st.bufs.push(buf);
                     }
-                    st.jobs.push_back(Job {
+                    let wake = st.push_job(Job {
                         handle: hit.handle,
                         cmd: Command::Read {
                             offset: hit.offset,
@@ -593,7 +617,9 @@ impl<'a> Conn<'a> {
                         buf: Vec::new(),
                     });
                     drop(st);
-                    self.work_cv.notify_one();
+                    if wake {
+                        self.work_cv.notify_one();
+                    }
                 }
             }
         }
@@ -631,7 +657,10 @@ impl<'a> Conn<'a> {
                     if st.closed {
                         return;
                     }
+                    st.idle += 1;
                     self.work_cv.wait(&mut st);
+                    st.idle -= 1;
+                    st.woken = st.woken.saturating_sub(1);
                 }
             };
             self.execute(job);
