@@ -10,7 +10,7 @@
 #              (64 KiB cache blocks);
 #   tiercache-4k  the same with 4 KiB cache blocks (--block-size 4k), the
 #              granularity at which bcache caches these 4k reads;
-#   tiercache-q1  the defaults with one ublk queue per device (not run
+#   tiercache-q2  the defaults with two ublk queues per device (not run
 #              unless named in BENCH_CONFIGS).
 # Disks: h1..hN (N >= 4; the HDDs, throttled by qemu iops=), ssd (cache).
 # The load, on raw devices (O_DIRECT, libaio): every volume but the last a
@@ -157,7 +157,7 @@ run_config() {
   case "$name" in
     bcache | tiercache) ;;
     tiercache-4k) kind=tiercache options=(--block-size 4k) ;;
-    tiercache-q1) kind=tiercache options=(--ublk-queues 1) ;;
+    tiercache-q2) kind=tiercache options=(--ublk-queues 2) ;;
     *) fail "unknown set-up $name" ;;
   esac
   RUN=$name-$round
