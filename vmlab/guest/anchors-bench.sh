@@ -251,11 +251,13 @@ run_config() {
     if [ "$kind" = tiercache ]; then
       # The server's threads by symbol: the queue threads, the workers
       # (ublk-io-N, nbd workers) and the cleaner, each group summed.
+      # (NBD: the connections' readers nbd-conn-N and workers nbd-worker-N.)
       perf report -i "$OUT/perf-$name-$size.data" --no-children --sort sym --stdio -g none \
-        --comms "$(seq -s, -f 'ublk-io-%g' 0 63)" 2>/dev/null |
+        --comms "$(seq -s, -f 'ublk-io-%g' 0 63),$(seq -s, -f 'nbd-worker-%g' 0 63)" 2>/dev/null |
         grep '%' | head -n 120 >"$OUT/perf-$name-$size-workers.txt" || true
       perf report -i "$OUT/perf-$name-$size.data" --no-children --sort sym --stdio -g none \
-        --comms ublk0 2>/dev/null | grep '%' | head -n 120 >"$OUT/perf-$name-$size-queues.txt" || true
+        --comms "ublk0,$(seq -s, -f 'nbd-conn-%g' 0 63)" 2>/dev/null |
+        grep '%' | head -n 120 >"$OUT/perf-$name-$size-queues.txt" || true
     fi
     rm -f "$OUT/perf-$name-$size.data"
   fi
