@@ -19,18 +19,23 @@
 //!   which the NBD server narrows to the values its wire allows and ublk
 //!   completes a request with (negated).
 //!
+//! * [`IdleWorkers`]: when a queued job is worth waking one of the front
+//!   end's worker threads for.
+//!
 //! Nothing here knows a protocol: the NBD flags, wire errno values and
 //! ublk's opcodes stay in their crates.
 #![warn(missing_docs)]
 
 mod errno;
 mod export;
+mod idle_workers;
 mod limits;
 mod mem;
 mod request;
 
 pub use errno::errno;
 pub use export::{DirectRead, Export};
+pub use idle_workers::IdleWorkers;
 pub use limits::{BlockSizes, DEFAULT_MAX_BLOCK};
 pub use mem::MemExport;
 pub use request::{check_request, Access, Checked, Limits, RequestError};

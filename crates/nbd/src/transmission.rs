@@ -35,7 +35,7 @@ use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use tiercache_frontend::Export;
+use tiercache_frontend::{Export, IdleWorkers};
 
 struct Job {
     handle: u64,
@@ -55,24 +55,16 @@ struct State {
     bytes: u64,
     /// Spare buffers (capacity at most `KEEP_BUF`), reused for payloads.
     bufs: Vec<Vec<u8>>,
-    /// Workers waiting for a job.
-    idle: usize,
-    /// Of those, woken for a job and not yet back at the queue.
-    woken: usize,
+    /// Which queued job is worth waking a worker for.
+    idle: IdleWorkers,
 }
 
 impl State {
-    /// Queues `job`; true if an idle worker must be woken for it: a job
-    /// is only worth a wake-up when the jobs queued outnumber the workers
-    /// already woken and on their way (each wake-up is a thread switch,
-    /// and a worker that finishes a job takes the next queued one itself).
+    /// Queues `job`; true if an idle worker must be woken for it.
     fn push_job(&mut self, job: Job) -> bool {
         self.jobs.push_back(job);
-        let wake = self.idle > self.woken && self.jobs.len() > self.woken;
-        if wake {
-            self.woken += 1;
-        }
-        wake
+        let queued = self.jobs.len();
+        self.idle.wake_for(queued)
     }
 }
 
@@ -145,8 +137,7 @@ pub(crate) fn serve<R: Read>(
             count: 0,
             bytes: 0,
             bufs: Vec::new(),
-            idle: 0,
-            woken: 0,
+            idle: IdleWorkers::default(),
         }),
         work_cv: Condvar::new(),
         room_cv: Condvar::new(),
@@ -657,10 +648,9 @@ impl<'a> Conn<'a> {
                     if st.closed {
                         return;
                     }
-                    st.idle += 1;
+                    st.idle.waiting();
                     self.work_cv.wait(&mut st);
-                    st.idle -= 1;
-                    st.woken = st.woken.saturating_sub(1);
+                    st.idle.back();
                 }
             };
             self.execute(job);

@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
+use tiercache_frontend::IdleWorkers;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -34,17 +35,14 @@ struct Queue {
     submitters: usize,
     /// Worker threads still running (a job that panics ends its thread).
     workers: usize,
-    /// Workers waiting for a job.
-    idle: usize,
-    /// Of those, woken for a job and not yet back at the queue: a job is
-    /// only worth a wake-up when the jobs queued outnumber them.
-    woken: usize,
+    /// Which queued job is worth a wake-up.
+    idle: IdleWorkers,
 }
 
 /// One queue under one lock, and one condition variable the idle workers
-/// wait on: a job wakes exactly one of them (a lock around a channel, as
-/// before, woke two: the thread waiting in the channel, then, when it let
-/// the lock go, the next thread waiting for the lock).
+/// wait on: a job wakes at most one of them ([`IdleWorkers`]; a lock around
+/// a channel, as before, woke two: the thread waiting in the channel, then,
+/// when it let the lock go, the next thread waiting for the lock).
 struct Inner {
     queue: Mutex<Queue>,
     ready: Condvar,
@@ -64,8 +62,7 @@ impl WorkerPool {
                 jobs: VecDeque::new(),
                 submitters: 1,
                 workers: 0,
-                idle: 0,
-                woken: 0,
+                idle: IdleWorkers::default(),
             }),
             ready: Condvar::new(),
         });
@@ -87,10 +84,9 @@ impl WorkerPool {
                         } else if q.submitters == 0 {
                             break;
                         } else {
-                            q.idle += 1;
+                            q.idle.waiting();
                             mine.ready.wait(&mut q);
-                            q.idle -= 1;
-                            q.woken = q.woken.saturating_sub(1);
+                            q.idle.back();
                         }
                     }
                 });
@@ -159,10 +155,8 @@ impl Submitter {
             return false;
         }
         q.jobs.push_back(Box::new(job));
-        let wake = q.idle > q.woken && q.jobs.len() > q.woken;
-        if wake {
-            q.woken += 1;
-        }
+        let queued = q.jobs.len();
+        let wake = q.idle.wake_for(queued);
         drop(q);
         if wake {
             self.0.ready.notify_one();
