@@ -12,7 +12,9 @@
 #   results/plots/*.png      IOPS over time and latency percentiles, per size
 #   console.log              the guest's console
 # Environment for the guest script: ANCHORS_ENV="BENCH_RUNTIME=30 ..."
-# (see vmlab/guest/anchors-bench.sh).
+# (see vmlab/guest/anchors-bench.sh; BENCH_ROUNDS=3 with a few
+# BENCH_CONFIGS for the decisive runs: medians of interleaved rounds).
+# ANCHORS_TIMEOUT: seconds the guest may run (default 3600).
 #
 # vmlab/anchors.sh --pool (`make anchors-pool`): the pool bench instead
 # (vmlab/guest/pool-bench.sh): 4 volumes on HDDs throttled to 300 IOPS
@@ -41,7 +43,7 @@ for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
 if [ "$pool" = 1 ]; then
   out="${ANCHORS_OUT:-$target/vmlab/anchors-pool}"
   # shellcheck disable=SC2054 # (commas inside one --disk argument)
-  ./vmlab/run.sh --out "$out" --timeout 3600 --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
+  ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
     --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M "${envs[@]}" vmlab/guest/pool-bench.sh
   echo
   cat "$out/results/pool-bench.md"
@@ -51,7 +53,7 @@ out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 # shellcheck disable=SC2054 # (commas inside one --disk argument)
 bins=()
 case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
-./vmlab/run.sh --out "$out" --timeout 3600 --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
+./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
   "${envs[@]}" "${bins[@]}" vmlab/guest/anchors-bench.sh
 "$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"
 echo

@@ -26,6 +26,10 @@
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
 # BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU),
 # BENCH_UBLK_QUEUES (serve --ublk-queues; default: the server's),
+# BENCH_ROUNDS (default 1: every configuration and size once; with N > 1
+# each runs N times, the rounds interleaved, every other round in reverse
+# order, and the table gives medians with each round's IOPS / p99; files
+# of round R are named NAME-rR-SIZE),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run into
 # perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
@@ -35,6 +39,7 @@
 . /vmlab/lib.sh
 
 RUNTIME=${BENCH_RUNTIME:-15}
+ROUNDS=${BENCH_ROUNDS:-1}
 JUNK_RUNTIME=${BENCH_JUNK_RUNTIME:-20}
 CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmcache-empty lvmcache-junk tiercache-empty tiercache-junk tiercache-ublk-empty tiercache-ublk-junk}
 SIZES=${BENCH_SIZES:-fits nofit}
@@ -180,9 +185,10 @@ proc_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 # --- plain devices ----------------------------------------------------------
 plain_counters() { echo "0 0"; }
 
-# run_config NAME SIZE: one row of the table.
+# run_config NAME SIZE ROUND: one run: a line of runs.txt (NAME SIZE ROUND
+# IOPS p50_us p99_us hit% busy% server_us, "-" where it has none).
 run_config() {
-  local name=$1 size=$2 kind junk=0 cutoff="" frontend=""
+  local name=$1 size=$2 round=$3 kind junk=0 cutoff="" frontend=""
   if [ "$HAVE_UBLK" = 0 ] && [[ $name == tiercache-ublk-* ]]; then
     step "$name: skipped (no ublk front end in this tiercache binary or kernel)"
     return
@@ -200,7 +206,10 @@ run_config() {
     tiercache-ublk-junk) kind=tiercache frontend=ublk junk=1 ;;
     *) fail "unknown configuration $name" ;;
   esac
+  # Files of the run: NAME-SIZE, or NAME-rR-SIZE with rounds (the part
+  # after the last '-' is the size: `tiercache plot-fio` groups by it).
   RUN=$name-$size
+  [ "$ROUNDS" -gt 1 ] && RUN=$name-r$round-$size
   step "$name, data $size: set-up"
   case "$kind" in
     plain) wipe "$DEV" ;;
@@ -213,7 +222,7 @@ run_config() {
     step "$name: filling the cache with other data (${JUNK_RUNTIME}s of random 64k reads over twice its size)"
     fio --name=junk --directory=/mnt/bench --rw=randread --bs=64k --size=$((CACHE_BYTES * 2 / 1048576))M \
       --ioengine=libaio --direct=1 --iodepth=8 --time_based --runtime="$JUNK_RUNTIME" --unlink=1 --zero_buffers \
-      --eta=never --output="$OUT/fio-$name-$size-junk.txt" || fail "junk fill"
+      --eta=never --output="$OUT/fio-$RUN-junk.txt" || fail "junk fill"
   fi
   # The study's job: lay the files out first, then measure.
   local common=(--name=study --directory=/mnt/bench --rw=randread --bs=4k --random_distribution=zipf:1.2
@@ -227,39 +236,39 @@ run_config() {
   local cpu_before tc_before=0
   cpu_before=$(cpu_ticks)
   [ "$kind" = tiercache ] && tc_before=$(proc_ticks "$TC_PID")
-  step "$name, data $size: fio ${RUNTIME}s"
+  step "$name, data $size, round $round/$ROUNDS: fio ${RUNTIME}s"
   local perf_pid=""
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
-    perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$name-$size.data" -- sleep $((RUNTIME - 3)) \
+    perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$RUN.data" -- sleep $((RUNTIME - 3)) \
       >/dev/null 2>&1 &
     perf_pid=$!
   fi
   fio "${common[@]}" --time_based --runtime="$RUNTIME" --unlink=1 --eta=never \
     --percentile_list=1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99 \
     --output-format=terse,json+ --terse-version=3 \
-    --write_iops_log="$OUT/iops-$name-$size" --log_avg_msec=1000 \
-    --output="$OUT/fio-$name-$size.out" || fail "fio $name"
+    --write_iops_log="$OUT/iops-$RUN" --log_avg_msec=1000 \
+    --output="$OUT/fio-$RUN.out" || fail "fio $name"
   sleep 2 # bcache folds its counters into stats_total about once a second
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
-    perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
-      grep -v '^$' | head -n 400 >"$OUT/perf-$name-$size.txt" || true
-    perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm --stdio -g none 2>/dev/null |
-      grep '%' | head -n 30 >"$OUT/perf-$name-$size-comm.txt" || true
-    perf report -i "$OUT/perf-$name-$size.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
-      grep '%' | head -n 300 >"$OUT/perf-$name-$size-flat.txt" || true
+    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
+      grep -v '^$' | head -n 400 >"$OUT/perf-$RUN.txt" || true
+    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm --stdio -g none 2>/dev/null |
+      grep '%' | head -n 30 >"$OUT/perf-$RUN-comm.txt" || true
+    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
+      grep '%' | head -n 300 >"$OUT/perf-$RUN-flat.txt" || true
     if [ "$kind" = tiercache ]; then
       # The server's threads by symbol: the queue threads, the workers
       # (ublk-io-N, nbd workers) and the cleaner, each group summed.
       # (NBD: the connections' readers nbd-conn-N and workers nbd-worker-N.)
-      perf report -i "$OUT/perf-$name-$size.data" --no-children --sort sym --stdio -g none \
+      perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
         --comms "$(seq -s, -f 'ublk-io-%g' 0 63),$(seq -s, -f 'nbd-worker-%g' 0 63)" 2>/dev/null |
-        grep '%' | head -n 120 >"$OUT/perf-$name-$size-workers.txt" || true
-      perf report -i "$OUT/perf-$name-$size.data" --no-children --sort sym --stdio -g none \
+        grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
+      perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
         --comms "ublk0,$(seq -s, -f 'nbd-conn-%g' 0 63)" 2>/dev/null |
-        grep '%' | head -n 120 >"$OUT/perf-$name-$size-queues.txt" || true
+        grep '%' | head -n 120 >"$OUT/perf-$RUN-queues.txt" || true
     fi
-    rm -f "$OUT/perf-$name-$size.data"
+    rm -f "$OUT/perf-$RUN.data"
   fi
   after=$("${kind}_counters")
   local cpu_after tc_after=0
@@ -272,7 +281,7 @@ run_config() {
   esac
   # terse v3: field 8 read IOPS; read clat percentiles follow as "P%=usec".
   local row
-  row=$(awk -F';' -v name="$name" -v size="$size" -v before="$before" -v after="$after" \
+  row=$(awk -F';' -v name="$name" -v size="$size" -v round="$round" -v before="$before" -v after="$after" \
     -v cpu_before="$cpu_before" -v cpu_after="$cpu_after" -v tc_ticks=$((tc_after - tc_before)) \
     -v hz="$(getconf CLK_TCK)" -v runtime="$RUNTIME" '{
       iops = $8; p50 = "-"; p99 = "-"
@@ -283,34 +292,63 @@ run_config() {
       }
       split(before, b, " "); split(after, a, " ")
       hits = a[1] - b[1]; misses = a[2] - b[2]
-      ratio = (hits + misses > 0) ? sprintf("%.1f%%", 100 * hits / (hits + misses)) : "-"
+      ratio = (hits + misses > 0) ? sprintf("%.1f", 100 * hits / (hits + misses)) : "-"
       # Guest CPU over the measured run plus the 2 s after it: busy share,
       # and the cache server'"'"'s own CPU time per IO (tiercache only).
       split(cpu_before, c0, " "); split(cpu_after, c1, " ")
       busy = (c1[1] - c0[1]); total = busy + (c1[2] - c0[2])
-      cpu = (total > 0) ? sprintf("%.0f%%", 100 * busy / total) : "-"
+      cpu = (total > 0) ? sprintf("%.0f", 100 * busy / total) : "-"
       ios = iops * runtime
-      server = (tc_ticks > 0 && ios > 0) ? sprintf("%.0f us", 1e6 * tc_ticks / hz / ios) : "-"
-      printf "| %s | %s | %d | %s | %s | %s | %s | %s |\n", name, size, iops, ms(p50), ms(p99), ratio, cpu, server
-    }
-    function ms(us) { return (us == "-") ? "-" : sprintf("%.2f ms", us / 1000) }' \
-    <(grep '^3;' "$OUT/fio-$name-$size.out"))
-  echo "$row" >>"$OUT/rows.md"
-  echo "$row"
+      server = (tc_ticks > 0 && ios > 0) ? sprintf("%.0f", 1e6 * tc_ticks / hz / ios) : "-"
+      printf "%s %s %s %d %s %s %s %s %s\n", name, size, round, iops, p50, p99, ratio, cpu, server
+    }' \
+    <(grep '^3;' "$OUT/fio-$RUN.out"))
+  echo "$row" >>"$OUT/runs.txt"
+  step "$name, data $size, round $round: IOPS, p50 us, p99 us, hit %, CPU busy %, server us per IO: ${row#* * * }"
 }
 
-rm -f "$OUT/rows.md"
-step "anchors: cache $((CACHE_BYTES >> 20)) MiB, hdd $(($(blockdev --getsize64 "$HDD") >> 20)) MiB, runs of ${RUNTIME}s; configurations: $CONFIGS; sizes: $SIZES"
-for size in $SIZES; do
-  for config in $CONFIGS; do
-    run_config "$config" "$size"
+rm -f "$OUT/runs.txt"
+step "anchors: cache $((CACHE_BYTES >> 20)) MiB, hdd $(($(blockdev --getsize64 "$HDD") >> 20)) MiB, runs of ${RUNTIME}s, $ROUNDS round(s); configurations: $CONFIGS; sizes: $SIZES"
+for round in $(seq 1 "$ROUNDS"); do
+  order=$CONFIGS
+  [ $((round % 2)) = 0 ] && order=$(echo "$CONFIGS" | tr ' ' '\n' | tac | tr '\n' ' ')
+  for size in $SIZES; do
+    for config in $order; do
+      run_config "$config" "$size" "$round"
+    done
   done
 done
+
+# col KEY COLUMN: the median of COLUMN of runs.txt over the runs of KEY
+# ("NAME SIZE"), "-" if none has it.
+col() { awk -v k="$1" -v c="$2" '$1 " " $2 == k { print $c }' "$OUT/runs.txt" | median; }
+# ms US: microseconds as milliseconds.
+ms() { [ "$1" = - ] && echo - || awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
+# pct X: X%.
+pct() { [ "$1" = - ] && echo - || echo "$1%"; }
 {
-  echo "Anchors in the VM lab (qemu TCG; $(nproc) vCPUs; cache $((CACHE_BYTES >> 20)) MiB; data per job: fits $(job_size fits), nofit $(job_size nofit); ${RUNTIME}s per run; kernel $(uname -r))"
+  echo "Anchors in the VM lab (qemu TCG; $(nproc) vCPUs; cache $((CACHE_BYTES >> 20)) MiB; data per job: fits $(job_size fits), nofit $(job_size nofit); ${RUNTIME}s per run; kernel $(uname -r))$([ "$ROUNDS" -gt 1 ] && echo "; medians of $ROUNDS interleaved rounds")"
   echo
-  echo "| configuration | data | IOPS | p50 | p99 | hit ratio | guest CPU busy | server CPU per IO |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|"
-  cat "$OUT/rows.md"
+  if [ "$ROUNDS" -gt 1 ]; then
+    echo "| configuration | data | IOPS | p50 | p99 | hit ratio | guest CPU busy | server CPU per IO | rounds (IOPS / p99 ms) |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
+  else
+    echo "| configuration | data | IOPS | p50 | p99 | hit ratio | guest CPU busy | server CPU per IO |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|"
+  fi
+  for size in $SIZES; do
+    for config in $CONFIGS; do
+      key="$config $size"
+      grep -q "^$key " "$OUT/runs.txt" 2>/dev/null || continue
+      server=$(col "$key" 9)
+      [ "$server" = - ] || server="$(printf %.0f "$server") us"
+      row="| $config | $size | $(printf %.0f "$(col "$key" 4)") | $(ms "$(col "$key" 5)") | $(ms "$(col "$key" 6)") | $(pct "$(col "$key" 7)") | $(pct "$(col "$key" 8)") | $server |"
+      if [ "$ROUNDS" -gt 1 ]; then
+        per_round=$(awk -v k="$key" '$1 " " $2 == k { printf "%s%d / %.2f", sep, $4, $6 / 1000; sep = ", " }' "$OUT/runs.txt")
+        row="$row $per_round |"
+      fi
+      echo "$row"
+    done
+  done
 } >"$VMLAB_RESULTS/anchors.md"
 cat "$VMLAB_RESULTS/anchors.md"

@@ -42,3 +42,10 @@ disk() {
   [ -e "$link" ] || fail "no disk named $1 (run.sh --disk $1=SIZE)"
   readlink -f "$link"
 }
+
+# median: the median of the numbers on stdin, one per line ("-" lines
+# ignored; the mean of the middle two for an even count; "-" if none).
+median() {
+  { grep -v '^-$' || true; } | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}

@@ -209,11 +209,8 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-# median COLUMN NAME: the median of a column of rows.txt for NAME.
-median() {
-  awk -v n="$2" -v c="$1" '$1 == n && $c != "-" { print $c }' "$OUT/rows.txt" | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+# col COLUMN NAME: the median of a column of rows.txt for NAME.
+col() { awk -v n="$2" -v c="$1" '$1 == n { print $c }' "$OUT/rows.txt" | median; }
 {
   echo "Pool bench in the VM lab (qemu TCG; $(nproc) vCPUs; kernel $(uname -r)): $((NVOL - 1)) hot Zipf volumes + 1 sequential scanner, $NVOL HDDs of $(($(blockdev --getsize64 "${HDDS[0]}") >> 20)) MiB, one cache of $(($(blockdev --getsize64 "$SSD") >> 20)) MiB; medians of $ROUNDS interleaved rounds (${WARMUP}s warm-up, ${RUNTIME}s measured)"
   echo
@@ -221,9 +218,9 @@ median() {
   echo "|---|---:|---:|---:|---:|---:|---|"
   for config in $CONFIGS; do
     per_round=$(awk -v n="$config" '$1 == n { printf "%s%d / %.2f", sep, $3, $4 / 1000; sep = ", " }' "$OUT/rows.txt")
-    printf '| %s | %s | %.2f ms | %s | %s%% | %s%% | %s |\n' "$config" "$(median 3 "$config")" \
-      "$(awk -v us="$(median 4 "$config")" 'BEGIN { print us / 1000 }')" "$(median 5 "$config")" \
-      "$(median 6 "$config")" "$(median 7 "$config")" "$per_round"
+    printf '| %s | %s | %.2f ms | %s | %s%% | %s%% | %s |\n' "$config" "$(col 3 "$config")" \
+      "$(awk -v us="$(col 4 "$config")" 'BEGIN { print us / 1000 }')" "$(col 5 "$config")" \
+      "$(col 6 "$config")" "$(col 7 "$config")" "$per_round"
   done
 } >"$VMLAB_RESULTS/pool-bench.md"
 cat "$VMLAB_RESULTS/pool-bench.md"
