@@ -135,7 +135,7 @@ pub(crate) fn run(env: &ConnEnv<'_>, id: u64, socket: Socket, peer: &str) {
         &*entry.export,
         n.structured_replies,
         writer,
-        &mut reader,
+        reader,
         &n.ctx,
         cfg,
         env.stopping,

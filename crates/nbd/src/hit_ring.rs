@@ -9,7 +9,10 @@
 //! ([`HitRing::submit`], before it would block), and reaps finished hits
 //! ([`HitRing::reap`]), waiting when asked for a completion or for the
 //! socket to become readable (one oneshot poll of the socket on the ring),
-//! so that one `io_uring_enter` waits for both. A [`DirectRead`] holds the
+//! so that one `io_uring_enter` waits for both. The poll's firing says
+//! "look", not "readable": the reader then reads the socket without
+//! waiting and waits again if it finds nothing ([`HitRing::reap`]). A
+//! [`DirectRead`] holds the
 //! export's locks and pins, which belong to the thread that took them; it
 //! never leaves the reader thread. Dropping the ring waits for every read
 //! still in flight: the kernel writes into buffers the ring owns.
@@ -65,8 +68,8 @@ pub(crate) enum Wait {
     No,
     /// Until at least one hit has finished (there must be one in flight).
     ForHit,
-    /// Until a hit has finished or the socket has bytes to read (or is
-    /// closed); the caller then reads the socket without blocking long.
+    /// Until a hit has finished or the socket's poll fires (see
+    /// [`HitRing::reap`] for what that tells).
     ForHitOrSocket,
 }
 
@@ -111,6 +114,11 @@ impl<'a> HitRing<'a> {
     /// submission queue.
     pub(crate) fn fits(len: u32) -> bool {
         len as usize / ALIGN + 2 <= ENTRIES as usize
+    }
+
+    /// The socket the ring polls.
+    pub(crate) fn socket(&self) -> RawFd {
+        self.socket
     }
 
     /// Hits in flight (started and not yet returned by `reap`).
@@ -229,7 +237,15 @@ impl<'a> HitRing<'a> {
 
     /// Collects into `done` the hits whose reads have all completed, each
     /// [`DirectRead`] finished with the outcome. Waits first as `wait`
-    /// says; returns whether the socket was found readable.
+    /// says; returns whether the socket's poll fired: the socket has bytes
+    /// or is closed, or had bytes that were read since. The poll may fire
+    /// for those even if the socket was not read after it was armed: a
+    /// sender wakes the socket's waiters only after queueing its bytes, so
+    /// a read in between takes them and a poll armed after it still gets
+    /// that wake-up. So read the socket only without waiting
+    /// ([`crate::sockets::recv_now`]), and wait again if it has nothing:
+    /// a read that waits there (99bd3c3 trusted the poll) leaves the
+    /// reader blocked with hits in flight that only it can answer.
     pub(crate) fn reap(&mut self, wait: Wait, done: &mut Vec<Finished>) -> bool {
         match wait {
             Wait::No => {}
@@ -246,7 +262,7 @@ impl<'a> HitRing<'a> {
                 self.enter(1);
             }
         }
-        let mut readable = false;
+        let mut fired = false;
         loop {
             let Some(cqe) = self.ring.completion().next() else {
                 break;
@@ -254,14 +270,7 @@ impl<'a> HitRing<'a> {
             self.sqes_in_flight -= 1;
             if cqe.user_data() == POLL {
                 self.poll_armed = false;
-                // The poll may have fired for bytes read since, even if
-                // the socket was not read after it was armed: a sender
-                // wakes the socket's waiters only after queueing its
-                // bytes, so a read in between takes them and a poll armed
-                // after it still gets that wake-up. Trusting the poll
-                // there (99bd3c3) left a reader blocked in its read with
-                // hits in flight that only it could answer. Look.
-                readable |= self.socket_readable();
+                fired = true;
                 continue;
             }
             let slot = (cqe.user_data() >> 32) as usize;
@@ -292,23 +301,7 @@ impl<'a> HitRing<'a> {
                 });
             }
         }
-        readable
-    }
-
-    /// Whether the socket has bytes to read, or is closed or failed (a read
-    /// then returns at once).
-    fn socket_readable(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: a one-byte buffer on the stack for a peek of one byte.
-        let n = unsafe {
-            libc::recv(
-                self.socket,
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN)
+        fired
     }
 }
 
@@ -342,7 +335,9 @@ impl Drop for HitRing<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use crate::inbuf::InBuf;
+    use crate::sockets::recv_now;
+    use std::io::{BufReader, Read, Write};
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
 
@@ -352,8 +347,10 @@ mod tests {
     }
 
     /// A socket poll that fired for bytes no longer there does not make
-    /// the socket readable: the reader would block in its read with hits
-    /// in flight that only it can answer, while the client waits for
+    /// the socket readable: the reader's top-up after it (a read that does
+    /// not wait) finds nothing and leaves the buffer as it is, so the
+    /// reader waits again; a read that waited would block with hits in
+    /// flight that only the reader can answer, while the client waits for
     /// them. The kernel does fire a poll so: a sender wakes the socket's
     /// waiters only after queueing its bytes, so a reader that reads them
     /// in between and then arms the poll gets the late wake-up for bytes
@@ -374,6 +371,7 @@ mod tests {
                 return;
             }
         };
+        let mut reader = InBuf::new(BufReader::new(&ours));
         let mut done = Vec::new();
         // A wait that a hit ends: the poll armed for it stays armed.
         ring.start(1, 0, 0, Vec::new(), empty_hit());
@@ -382,11 +380,11 @@ mod tests {
         assert!(ring.poll_armed);
         // The poll fires; its bytes are gone before the ring looks.
         theirs.write_all(b"x").unwrap();
-        (&ours).read_exact(&mut [0u8]).unwrap();
+        reader.read_exact(&mut [0u8]).unwrap();
         ring.start(2, 0, 0, Vec::new(), empty_hit());
-        let mut readable = false;
+        let mut fired = false;
         for _ in 0..100 {
-            readable |= ring.reap(Wait::ForHitOrSocket, &mut done);
+            fired |= ring.reap(Wait::ForHitOrSocket, &mut done);
             if !ring.poll_armed {
                 break;
             }
@@ -394,10 +392,19 @@ mod tests {
             // the poll alone (a nop hit ends the wait if it never fires).
             ring.start(3, 0, 0, Vec::new(), empty_hit());
         }
-        assert!(!ring.poll_armed, "the poll never fired");
-        assert!(
-            !readable,
+        assert!(!ring.poll_armed && fired, "the poll never fired");
+        // What the reader does when the poll fired.
+        let fd = ring.socket();
+        let topped = reader.fill_with(|room| recv_now(fd, room));
+        assert_eq!(
+            topped.map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock),
             "an empty socket was said to be readable: a read would block"
         );
+        assert!(reader.buffer().is_empty());
+        // Bytes that do come are read by the next top-up.
+        theirs.write_all(b"yz").unwrap();
+        assert_eq!(reader.fill_with(|room| recv_now(fd, room)).unwrap(), 2);
+        assert_eq!(reader.buffer(), b"yz");
     }
 }

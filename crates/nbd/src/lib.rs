@@ -40,7 +40,8 @@
 //!
 //! The server, by file (each depends only on those listed before it):
 //! `config.rs` ([`ServerConfig`], [`TlsMode`]), `sockets.rs` (a
-//! connection's socket and its TLS stream), `wire.rs` ([`nbd_errno`],
+//! connection's socket and its TLS stream), `inbuf.rs` (a connection's
+//! read buffer, which the reader can top up without waiting), `wire.rs` ([`nbd_errno`],
 //! [`transmission_flags`]), `wake.rs` (what wakes the accept loops on
 //! shutdown, without the file system), `listener.rs` ([`Listener`]: binding and
 //! accepting), `slots.rs` (admission and the live connections),
@@ -54,6 +55,7 @@ mod config;
 mod connection;
 pub mod handshake;
 mod hit_ring;
+mod inbuf;
 pub mod kernel_client;
 mod listener;
 pub mod proto;

@@ -1,12 +1,31 @@
 //! A connection's byte streams: [`Socket`] (Unix or TCP) and [`Stream`]
 //! (the socket, or TLS on it). Both `Read` and `Write`; `flush` does
-//! nothing (every reply goes out with its own `writev`).
+//! nothing (every reply goes out with its own `writev`). And
+//! [`recv_now`], a read of a socket that never waits.
 
 use crate::tls::TlsStream;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
+
+/// Reads what socket `fd` holds into `buf` without waiting (`recv` with
+/// `MSG_DONTWAIT`, whatever the socket's mode): `Err(WouldBlock)` when it
+/// holds nothing, `Ok(0)` at its end (or for an empty `buf`).
+pub(crate) fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
 
 /// A connected socket, Unix or TCP.
 #[derive(Debug)]
@@ -86,7 +105,7 @@ impl Stream {
     }
     /// The socket's fd when the stream is the socket itself (no TLS): what
     /// is read from the stream is what the socket shows.
-    pub(crate) fn plain_fd(&self) -> Option<std::os::fd::RawFd> {
+    pub(crate) fn plain_fd(&self) -> Option<RawFd> {
         use std::os::fd::AsRawFd;
         match self {
             Stream::Plain(Socket::Unix(s)) => Some(s.as_raw_fd()),

@@ -14,7 +14,9 @@
 //! the connection's io_uring ([`HitRing`]): the reader queues it, submits
 //! the queued reads in one call when it has no complete request left to
 //! parse, and answers the hits as they finish, waiting for a finished hit
-//! or the socket in one `io_uring_enter`. So a connection keeps as many
+//! or the socket in one `io_uring_enter`; when the socket's poll fires, it
+//! reads the socket without waiting ([`InBuf::fill_with`]) and waits again
+//! if that finds nothing. So a connection keeps as many
 //! reads on the fast device as its client has requests in flight. Without
 //! io_uring (TLS, or a kernel that refuses it), and for a hit in RAM
 //! ([`Export::read_if_quick`]), the reader reads it itself, one at a time;
@@ -25,9 +27,10 @@
 
 use crate::config::ServerConfig;
 use crate::hit_ring::{Finished, HitRing, Wait};
+use crate::inbuf::InBuf;
 use crate::proto::{self, Command, TransmissionContext, Verdict};
 use crate::replies::{ReadReplies, MAX_REPLIES};
-use crate::sockets::Stream;
+use crate::sockets::{recv_now, Stream};
 use crate::wire::nbd_errno;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -105,7 +108,9 @@ struct ReaderSide<'r, 'a> {
 /// them on `export` with `config.workers` workers, answers on `writer`
 /// (structured replies if negotiated), then waits for every queued request
 /// to be answered and closes the connection. `reader` reads the socket of
-/// `writer` (its buffer tells whether a request can be parsed without
+/// `writer` (its buffer, taken over with the bytes it holds, tells whether
+/// a request can be parsed without waiting; on a plain socket it is the
+/// socket itself, read as it is, so that the reader can top it up without
 /// waiting).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn serve<R: Read>(
@@ -113,13 +118,14 @@ pub(crate) fn serve<R: Read>(
     export: &dyn Export,
     structured: bool,
     writer: Stream,
-    reader: &mut BufReader<R>,
+    reader: BufReader<R>,
     ctx: &TransmissionContext,
     cfg: &ServerConfig,
     stopping: &AtomicBool,
 ) {
     // Hits on io_uring need the socket itself to poll: not under TLS,
     // whose records may hold requests the socket no longer shows.
+    let mut reader = InBuf::new(reader);
     let mut ring = writer.plain_fd().and_then(|fd| {
         HitRing::new(fd)
             .map_err(|e| log::debug!("{peer}: no io_uring for hits ({e}); reading them in turn"))
@@ -166,7 +172,7 @@ pub(crate) fn serve<R: Read>(
             done: Vec::new(),
         };
         if !conn.broken.load(Ordering::SeqCst) {
-            conn.read_requests(reader, ctx, &mut side);
+            conn.read_requests(&mut reader, ctx, &mut side);
         }
         conn.drain_hits(&mut side);
         {
@@ -283,7 +289,7 @@ impl<'a> Conn<'a> {
 
     fn read_requests<R: Read>(
         &self,
-        reader: &mut BufReader<R>,
+        reader: &mut InBuf<R>,
         ctx: &TransmissionContext,
         side: &mut ReaderSide<'_, 'a>,
     ) {
@@ -292,7 +298,7 @@ impl<'a> Conn<'a> {
             if self.broken.load(Ordering::Relaxed) {
                 return;
             }
-            self.before_reading(side, reader.buffer().len() >= proto::REQUEST_HEADER_LEN);
+            self.before_reading(side, reader);
             let mut hb = [0u8; proto::REQUEST_HEADER_LEN];
             match read_or_eof(reader, &mut hb) {
                 Ok(true) => {}
@@ -495,27 +501,44 @@ impl<'a> Conn<'a> {
     }
 
     /// Before the reader reads the socket: answers the hits that have
-    /// finished. Unless a complete request header is buffered
-    /// (`buffered`: then more requests are parsed first, and their reads
-    /// and replies go out with these), sends the replies ready and, while
-    /// hits are in flight, waits until one finishes or the socket has
-    /// bytes; returns with the queued reads submitted.
-    fn before_reading(&self, side: &mut ReaderSide<'_, 'a>, buffered: bool) {
+    /// finished. Unless a complete request header is buffered in `reader`
+    /// (then more requests are parsed first, and their reads and replies
+    /// go out with these), sends the replies ready and, while hits are in
+    /// flight, waits until one finishes or the socket's poll fires; then
+    /// reads the socket without waiting (the poll may have fired for bytes
+    /// gone, [`HitRing::reap`]), and waits again unless that brought a
+    /// header, the stream's end or an error (kept in `reader` for its next
+    /// read). Returns with the queued reads submitted, or with a header
+    /// buffered.
+    fn before_reading<R: Read>(&self, side: &mut ReaderSide<'_, 'a>, reader: &mut InBuf<R>) {
+        let buffered = |r: &InBuf<R>| r.buffer().len() >= proto::REQUEST_HEADER_LEN;
         let Some(ring) = side.ring.as_deref_mut() else {
-            if !buffered {
+            if !buffered(reader) {
                 self.flush_replies(&mut side.replies);
             }
             return;
         };
         let mut wait = Wait::No;
         loop {
-            let readable = ring.reap(wait, &mut side.done);
+            let fired = ring.reap(wait, &mut side.done);
             self.answer_hits(&mut side.replies, &mut side.done);
-            if buffered {
+            let mut ended = false;
+            // (With a header buffered, what the poll announced can wait:
+            // the buffer is read first.)
+            if fired && !buffered(reader) {
+                let fd = ring.socket();
+                match reader.fill_with(|room| recv_now(fd, room)) {
+                    Ok(0) => ended = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => ended = true,
+                }
+            }
+            if buffered(reader) {
                 return;
             }
             self.flush_replies(&mut side.replies);
-            if readable || ring.in_flight() == 0 {
+            if ended || ring.in_flight() == 0 {
                 ring.submit();
                 return;
             }
