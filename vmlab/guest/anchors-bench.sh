@@ -11,6 +11,11 @@
 #   tiercache-junk     the same, its cache first filled with other data
 #   tiercache-ublk-empty  tiercache writeback as /dev/ublkb0 (ublk_drv)
 #   tiercache-ublk-junk   the same, its cache first filled with other data
+#   tiercache-ublk-cutoff0-empty, tiercache-ublk-cutoff0-junk,
+#   tiercache-cutoff0-empty (NBD)
+#                      the same with serve --sequential-cutoff 0, as
+#                      bcache-cutoff0: the files' layout (sequential writes)
+#                      is then cached too (not in the default list)
 # each with a hot set that fits the cache and one that does not (data 4x the
 # cache). Prints and writes $VMLAB_RESULTS/anchors.md: IOPS, p50/p99
 # completion latency, hit ratio (the cache's own counters, over the
@@ -134,13 +139,15 @@ lvmcache_teardown() {
 # --- tiercache (over the kernel NBD client or as a ublk device) -------------
 TC_SOCKET=/run/tiercache/bench.sock
 TC_CONTROL=/run/tiercache/bench.ctl
-# tiercache_setup nbd|ublk
+# tiercache_setup nbd|ublk [CUTOFF]: CUTOFF, the sequential cutoff (default:
+# the server's, 4 MiB).
 tiercache_setup() {
-  local frontend=$1
+  local frontend=$1 cutoff=${2:-}
   wipe "$HDD" "$SSD"
   mkdir -p /run/tiercache
   tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback >"$OUT/tiercache-create.txt"
-  local serve=(tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL")
+  local serve=(tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
+    ${cutoff:+--sequential-cutoff "$cutoff"})
   if [ "$frontend" = ublk ]; then
     while [ -e /dev/ublkc0 ]; do sleep 0.1; done
     "${serve[@]}" --ublk --ublk-id 0 ${BENCH_UBLK_QUEUES:+--ublk-queues "$BENCH_UBLK_QUEUES"} >>"$OUT/tiercache.log" 2>&1 &
@@ -204,6 +211,9 @@ run_config() {
     tiercache-junk) kind=tiercache frontend=nbd junk=1 ;;
     tiercache-ublk-empty) kind=tiercache frontend=ublk ;;
     tiercache-ublk-junk) kind=tiercache frontend=ublk junk=1 ;;
+    tiercache-ublk-cutoff0-empty) kind=tiercache frontend=ublk cutoff=0 ;;
+    tiercache-ublk-cutoff0-junk) kind=tiercache frontend=ublk cutoff=0 junk=1 ;;
+    tiercache-cutoff0-empty) kind=tiercache frontend=nbd cutoff=0 ;;
     *) fail "unknown configuration $name" ;;
   esac
   # Files of the run: NAME-SIZE, or NAME-rR-SIZE with rounds (the part
@@ -214,7 +224,7 @@ run_config() {
   case "$kind" in
     plain) wipe "$DEV" ;;
     bcache) bcache_setup "$cutoff" ;;
-    tiercache) tiercache_setup "$frontend" ;;
+    tiercache) tiercache_setup "$frontend" "$cutoff" ;;
     *) "${kind}_setup" ;;
   esac
   make_fs "$DEV"
