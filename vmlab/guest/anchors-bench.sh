@@ -35,6 +35,16 @@
 # each runs N times, the rounds interleaved, every other round in reverse
 # order, and the table gives medians with each round's IOPS / p99; files
 # of round R are named NAME-rR-SIZE),
+# BENCH_SCHED (an IO scheduler for the device fio runs on, e.g. none;
+# default: the kernel's choice, recorded in diskstats-<run>.txt; several
+# separated by '/' take turns by round: mq-deadline/none),
+# BENCH_TC_ENV (environment for the tiercache server, KEY=V[,KEY=V];
+# several separated by '/' take turns by round, '-' for none: for an A/B
+# of a server setting in one boot),
+# BENCH_TC_ARGS (more arguments for tiercache serve, separated by ',';
+# by round as BENCH_TC_ENV: -/--writeback-target,1),
+# BENCH_MOVES=1 (tiercache's dirty blocks and writebacks twice a second
+# into moves-<run>.txt; the sampling costs the guest CPU),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run into
 # perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
@@ -146,8 +156,8 @@ tiercache_setup() {
   wipe "$HDD" "$SSD"
   mkdir -p /run/tiercache
   tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback >"$OUT/tiercache-create.txt"
-  local serve=(tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
-    ${cutoff:+--sequential-cutoff "$cutoff"})
+  local serve=(env $(per_round "${BENCH_TC_ENV:-}" | tr ',' ' ' | sed 's/^-$//') tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
+    ${cutoff:+--sequential-cutoff "$cutoff"} $(per_round "${BENCH_TC_ARGS:-}" | tr ',' ' ' | sed 's/^-$//'))
   if [ "$frontend" = ublk ]; then
     while [ -e /dev/ublkc0 ]; do sleep 0.1; done
     "${serve[@]}" --ublk --ublk-id 0 ${BENCH_UBLK_QUEUES:+--ublk-queues "$BENCH_UBLK_QUEUES"} >>"$OUT/tiercache.log" 2>&1 &
@@ -189,6 +199,58 @@ cpu_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/st
 # proc_ticks PID: user + system clock ticks of a process, all its threads.
 proc_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
+# per_round LIST: the entry of a '/'-separated LIST for this round (they
+# take turns: round 1 the first); empty for an empty LIST.
+per_round() {
+  [ -n "$1" ] || return 0
+  local items
+  IFS=/ read -r -a items <<<"$1"
+  echo "${items[$(((ROUND - 1) % ${#items[@]}))]}"
+}
+
+# --- where the time goes: the block layer's own counters ---------------------
+# blockdev_name DEV: the name under /sys/class/block of a device node.
+blockdev_name() { basename "$(readlink -f "$1")"; }
+# diskstats DEV...: "name reads read_ms in_queue_ms writes write_ms" per
+# device (/sys/class/block/NAME/stat fields 1, 4, 11, 5 and 8).
+diskstats() {
+  local d
+  for d in "$@"; do
+    echo "$d $(awk '{print $1, $4, $11, $5, $8}' "/sys/class/block/$d/stat")"
+  done
+}
+# diskstats_report BEFORE AFTER SECONDS: per device, the reads and writes
+# in the run, their mean latency as the block layer sees it (from
+# submission to completion, queueing included) and the mean number of IOs
+# in flight.
+diskstats_report() {
+  awk -v secs="$3" 'NR == FNR { r[$1] = $2; t[$1] = $3; q[$1] = $4; w[$1] = $5; wt[$1] = $6; next }
+    { reads = $2 - r[$1]; ms = $3 - t[$1]; inq = $4 - q[$1]; writes = $5 - w[$1]; wms = $6 - wt[$1]
+      printf "%-10s reads %8d  mean read latency %7.3f ms  writes %7d  mean write latency %7.3f ms  mean in flight %6.2f\n",
+        $1, reads, (reads > 0) ? ms / reads : 0, writes, (writes > 0) ? wms / writes : 0, inq / (1000 * secs) }' \
+    <(echo "$1") <(echo "$2")
+}
+
+# thread_schedstats PID: "comm tid cpu_ns runqueue_wait_ns timeslices" per
+# thread of PID (/proc/PID/task/TID/schedstat: time on a CPU, time
+# runnable but waiting for one, times scheduled in).
+thread_schedstats() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "$(tr -d ' ' <"$t/comm") ${t##*/} $(cat "$t/schedstat" 2>/dev/null)"
+  done
+}
+# schedstats_report BEFORE AFTER IOS: per thread busy in the run, its CPU
+# time and its wait for a CPU while runnable, each per IO, and how often it
+# was scheduled in per IO (wake-ups, about); the five busiest threads.
+schedstats_report() {
+  awk -v ios="$3" 'NR == FNR { c[$2] = $3; w[$2] = $4; n[$2] = $5; next }
+    { cpu = $3 - c[$2]; wait = $4 - w[$2]; slices = $5 - n[$2]
+      if (ios > 0 && cpu > 0) printf "%-18s cpu %7.1f us/IO  waiting for a CPU %7.1f us/IO  scheduled in %5.2f /IO\n",
+        $1, cpu / 1000 / ios, wait / 1000 / ios, slices / ios }' <(echo "$1") <(echo "$2") |
+    sort -k3 -g -r | head -n 5
+}
+
 # --- plain devices ----------------------------------------------------------
 plain_counters() { echo "0 0"; }
 
@@ -196,6 +258,7 @@ plain_counters() { echo "0 0"; }
 # IOPS p50_us p99_us hit% busy% server_us, "-" where it has none).
 run_config() {
   local name=$1 size=$2 round=$3 kind junk=0 cutoff="" frontend=""
+  ROUND=$round
   if [ "$HAVE_UBLK" = 0 ] && [[ $name == tiercache-ublk-* ]]; then
     step "$name: skipped (no ublk front end in this tiercache binary or kernel)"
     return
@@ -227,6 +290,14 @@ run_config() {
     tiercache) tiercache_setup "$frontend" "$cutoff" ;;
     *) "${kind}_setup" ;;
   esac
+  local front disks
+  front=$(blockdev_name "$DEV")
+  if [ -n "${BENCH_SCHED:-}" ] && [ -e "/sys/class/block/$front/queue/scheduler" ]; then
+    local sched
+    sched=$(per_round "$BENCH_SCHED")
+    echo "$sched" >"/sys/class/block/$front/queue/scheduler" || fail "scheduler $sched on $front"
+  fi
+  disks=$(printf '%s\n' "$front" "$(blockdev_name "$SSD")" "$(blockdev_name "$HDD")" | sort -u | tr '\n' ' ')
   make_fs "$DEV"
   if [ "$junk" = 1 ]; then
     step "$name: filling the cache with other data (${JUNK_RUNTIME}s of random 64k reads over twice its size)"
@@ -243,11 +314,27 @@ run_config() {
   sync
   local before after
   before=$("${kind}_counters")
-  local cpu_before tc_before=0
+  local cpu_before tc_before=0 disks_before
+  disks_before=$(diskstats $disks)
+  local threads_before="" moves_before=""
+  if [ "$kind" = tiercache ]; then
+    threads_before=$(thread_schedstats "$TC_PID")
+    moves_before=$(tiercache stats --control "$TC_CONTROL" | grep -E '^(occupancy|movement)')
+  fi
   cpu_before=$(cpu_ticks)
   [ "$kind" = tiercache ] && tc_before=$(proc_ticks "$TC_PID")
   step "$name, data $size, round $round/$ROUNDS: fio ${RUNTIME}s"
-  local perf_pid=""
+  local perf_pid="" moves_pid=""
+  if [ "$kind" = tiercache ] && [ "${BENCH_MOVES:-0}" = 1 ]; then
+    # The server's dirty blocks and writebacks twice a second through the
+    # run (wall clock in ms; fio's JSON gives its jobs' start in the same).
+    while :; do
+      echo "$(date +%s%3N) $(tiercache stats --control "$TC_CONTROL" |
+        awk '$1 == "occupancy" {d = $7} $1 == "movement" {w = $6} END {print d, w}')"
+      sleep 0.5
+    done >"$OUT/moves-$RUN.txt" 2>/dev/null &
+    moves_pid=$!
+  fi
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
     perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$RUN.data" -- sleep $((RUNTIME - 3)) \
       >/dev/null 2>&1 &
@@ -258,6 +345,23 @@ run_config() {
     --output-format=terse,json+ --terse-version=3 \
     --write_iops_log="$OUT/iops-$RUN" --log_avg_msec=1000 \
     --output="$OUT/fio-$RUN.out" || fail "fio $name"
+  [ -n "$moves_pid" ] && kill "$moves_pid" 2>/dev/null
+  {
+    [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ENV:-}" ] && echo "server environment: $(per_round "$BENCH_TC_ENV")"
+    [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ARGS:-}" ] && echo "server arguments: $(per_round "$BENCH_TC_ARGS")"
+    echo "$front: scheduler $(cat "/sys/class/block/$front/queue/scheduler" 2>/dev/null || echo -)"
+    diskstats_report "$disks_before" "$(diskstats $disks)" "$RUNTIME"
+    if [ -n "$moves_before" ]; then
+      echo "before: $moves_before" | tr '\n' ' '
+      echo
+      echo "after:  $(tiercache stats --control "$TC_CONTROL" | grep -E '^(occupancy|movement)' | tr '\n' ' ')"
+    fi
+    if [ -n "$threads_before" ]; then
+      schedstats_report "$threads_before" "$(thread_schedstats "$TC_PID")" \
+        "$(awk -F';' '/^3;/ {print $8 * '"$RUNTIME"'}' "$OUT/fio-$RUN.out")"
+    fi
+  } >"$OUT/diskstats-$RUN.txt"
+  cat "$OUT/diskstats-$RUN.txt"
   sleep 2 # bcache folds its counters into stats_total about once a second
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
