@@ -61,6 +61,7 @@ pub mod params;
 pub mod pool;
 pub mod recovery;
 pub mod request;
+mod scheduler;
 mod server;
 mod start_error;
 

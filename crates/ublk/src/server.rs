@@ -252,7 +252,19 @@ impl UblkServer {
             recovered,
         };
         match started_rx.recv() {
-            Ok(Ok(())) => Ok(server),
+            Ok(Ok(())) => {
+                match crate::scheduler::use_none(dev_id) {
+                    Ok(Some(old)) => log::info!(
+                        "/dev/ublkb{dev_id}: IO scheduler none (was {old}): the cache and \
+                         backing devices schedule their own IO"
+                    ),
+                    Ok(None) => {}
+                    Err(e) => log::warn!(
+                        "/dev/ublkb{dev_id}: IO scheduler left as it is (setting none: {e})"
+                    ),
+                }
+                Ok(server)
+            }
             Ok(Err(m)) => {
                 let _ = server.shutdown();
                 Err(StartError::Driver(m))
