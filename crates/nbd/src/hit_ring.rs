@@ -19,6 +19,7 @@
 //!
 //! [`Export::begin_direct_read`]: tiercache_frontend::Export::begin_direct_read
 
+use crate::fixed_bufs::FixedBufs;
 use io_uring::{opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
@@ -39,6 +40,8 @@ struct InFlight<'a> {
     offset: u64,
     len: usize,
     buf: Vec<u8>,
+    /// `buf`'s index among the ring's registered buffers, if it is one.
+    fixed: Option<u16>,
     start: usize,
     read: DirectRead<'a>,
     /// Pieces not yet completed.
@@ -57,6 +60,9 @@ pub(crate) struct Finished {
     pub(crate) offset: u64,
     pub(crate) len: usize,
     pub(crate) buf: Vec<u8>,
+    /// `buf`'s index among the registered buffers ([`FixedBufs`]), if it
+    /// is one: it goes back there, never to the spare buffers.
+    pub(crate) fixed: Option<u16>,
     pub(crate) start: usize,
     pub(crate) result: io::Result<()>,
 }
@@ -76,6 +82,8 @@ pub(crate) enum Wait {
 /// See the module documentation.
 pub(crate) struct HitRing<'a> {
     ring: IoUring,
+    /// Buffers registered with `ring` (None: the kernel refused them).
+    fixed: Option<FixedBufs>,
     socket: RawFd,
     /// Hits in flight by slot (`user_data >> 32`), and the free slots.
     slots: Vec<Option<InFlight<'a>>>,
@@ -98,8 +106,12 @@ impl<'a> HitRing<'a> {
             .setup_single_issuer()
             .build(ENTRIES)
             .or_else(|_| IoUring::new(ENTRIES))?;
+        let fixed = FixedBufs::register(&ring)
+            .map_err(|e| log::debug!("no registered buffers for hits ({e}): plain reads"))
+            .ok();
         Ok(HitRing {
             ring,
+            fixed,
             socket,
             slots: Vec::new(),
             free: Vec::new(),
@@ -114,6 +126,12 @@ impl<'a> HitRing<'a> {
     /// submission queue.
     pub(crate) fn fits(len: u32) -> bool {
         len as usize / ALIGN + 2 <= ENTRIES as usize
+    }
+
+    /// The ring's registered buffers, if any (for the replies to give
+    /// back).
+    pub(crate) fn fixed_bufs(&self) -> Option<FixedBufs> {
+        self.fixed.clone()
     }
 
     /// The socket the ring polls.
@@ -132,16 +150,22 @@ impl<'a> HitRing<'a> {
     /// served a hit before is used as it is, without zeroing it again).
     /// Queues one read per piece; `submit` sends them. A piece outside the
     /// request ends the hit at once, failed. Call only when
-    /// `Self::fits(len)`.
+    /// `Self::fits(len)`. A hit that fits a free registered buffer reads
+    /// into that one instead (`READ_FIXED`), and `buf` comes back unused.
     pub(crate) fn start(
         &mut self,
         handle: u64,
         offset: u64,
         len: usize,
-        mut buf: Vec<u8>,
+        spare: Vec<u8>,
         read: DirectRead<'a>,
-    ) {
+    ) -> Option<Vec<u8>> {
+        let (mut buf, fixed, unused) = match self.fixed.as_ref().and_then(|f| f.take(len)) {
+            Some((index, registered)) => (registered, Some(index), Some(spare)),
+            None => (spare, None, None),
+        };
         if buf.len() < len + ALIGN {
+            debug_assert!(fixed.is_none(), "a registered buffer must not move");
             buf.resize(len + ALIGN, 0);
         }
         let start = buf.as_ptr().align_offset(ALIGN);
@@ -164,6 +188,7 @@ impl<'a> HitRing<'a> {
             offset,
             len,
             buf,
+            fixed,
             start,
             read,
             pending: pieces,
@@ -173,7 +198,7 @@ impl<'a> HitRing<'a> {
             // Nothing to read (or refused): finished at the next reap.
             self.queue(opcode::Nop::new().build().user_data((slot as u64) << 32));
             self.slots[slot].as_mut().unwrap().pending = 1;
-            return;
+            return unused;
         }
         for i in 0..pieces {
             let (file_offset, at, n) = self.slots[slot].as_ref().unwrap().read.pieces[i];
@@ -183,13 +208,20 @@ impl<'a> HitRing<'a> {
             // with the `Vec`) until every piece's completion is reaped;
             // nobody else touches it meanwhile, and `Drop` waits for every
             // read in flight.
+            // A registered buffer is read into at the memory registered
+            // under its index (`FixedBufs` hands out only such buffers).
             let ptr = unsafe { data.add(at) };
-            let sqe = opcode::Read::new(types::Fd(fd), ptr, n as u32)
-                .offset(file_offset)
-                .build()
-                .user_data(((slot as u64) << 32) | n as u64);
-            self.queue(sqe);
+            let sqe = match fixed {
+                Some(index) => opcode::ReadFixed::new(types::Fd(fd), ptr, n as u32, index)
+                    .offset(file_offset)
+                    .build(),
+                None => opcode::Read::new(types::Fd(fd), ptr, n as u32)
+                    .offset(file_offset)
+                    .build(),
+            };
+            self.queue(sqe.user_data(((slot as u64) << 32) | n as u64));
         }
+        unused
     }
 
     /// Puts `sqe` on the submission queue, submitting first if it is full.
@@ -296,6 +328,7 @@ impl<'a> HitRing<'a> {
                     offset: hit.offset,
                     len: hit.len,
                     buf: hit.buf,
+                    fixed: hit.fixed,
                     start: hit.start,
                     result,
                 });

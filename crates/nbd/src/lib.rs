@@ -53,6 +53,7 @@
 
 mod config;
 mod connection;
+mod fixed_bufs;
 pub mod handshake;
 mod hit_ring;
 mod inbuf;

@@ -2,6 +2,7 @@
 //! thread has ready, sent together with one `writev` (one socket buffer
 //! and one wake-up of the client for the batch instead of one per reply).
 
+use crate::fixed_bufs::FixedBufs;
 use crate::proto;
 use std::ops::Range;
 
@@ -18,15 +19,34 @@ const HEAD_LEN: usize = 28;
 #[derive(Default)]
 pub(crate) struct ReadReplies {
     heads: Vec<([u8; HEAD_LEN], usize)>,
-    /// Each reply's buffer and where its data lies in it.
-    bufs: Vec<(Vec<u8>, Range<usize>)>,
+    /// Each reply's buffer, where its data lies in it, and its index if it
+    /// is a registered buffer.
+    bufs: Vec<(Vec<u8>, Range<usize>, Option<u16>)>,
     bytes: usize,
+    /// Where registered buffers go back once sent.
+    fixed: Option<FixedBufs>,
 }
 
 impl ReadReplies {
+    /// Replies whose registered buffers (if any) go back to `fixed`.
+    pub(crate) fn with_fixed(fixed: Option<FixedBufs>) -> Self {
+        ReadReplies {
+            fixed,
+            ..ReadReplies::default()
+        }
+    }
+
+    /// Returns registered buffer `index` unsent (its read failed).
+    pub(crate) fn give_back(&self, index: u16, buf: Vec<u8>) {
+        if let Some(f) = &self.fixed {
+            f.give_back(index, buf);
+        }
+    }
+
     /// Adds the reply to read `handle` at `offset`, whose data is
     /// `buf[data]` (structured: one `OFFSET_DATA` chunk, or `NONE` for no
-    /// data; else a simple reply).
+    /// data; else a simple reply); `fixed`: `buf`'s index if it is a
+    /// registered buffer.
     pub(crate) fn push(
         &mut self,
         structured: bool,
@@ -34,6 +54,7 @@ impl ReadReplies {
         offset: u64,
         buf: Vec<u8>,
         data: Range<usize>,
+        fixed: Option<u16>,
     ) {
         let mut head = [0u8; HEAD_LEN];
         let n = if !structured {
@@ -59,7 +80,7 @@ impl ReadReplies {
         };
         self.bytes += data.len();
         self.heads.push((head, n));
-        self.bufs.push((buf, data));
+        self.bufs.push((buf, data, fixed));
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -76,15 +97,27 @@ impl ReadReplies {
         self.heads
             .iter()
             .zip(&self.bufs)
-            .flat_map(|((h, n), (b, r))| [&h[..*n], &b[r.clone()]])
+            .flat_map(|((h, n), (b, r, _))| [&h[..*n], &b[r.clone()]])
     }
 
-    /// Empties the batch, handing back each reply's buffer and the bytes
-    /// its request counted.
-    pub(crate) fn drain_buffers(&mut self) -> impl Iterator<Item = (Vec<u8>, u64)> + '_ {
+    /// Empties the batch, handing back each reply's buffer (None for a
+    /// registered one: it goes back to its [`FixedBufs`]) and the bytes its
+    /// request counted.
+    pub(crate) fn drain_buffers(&mut self) -> impl Iterator<Item = (Option<Vec<u8>>, u64)> + '_ {
         self.heads.clear();
         self.bytes = 0;
-        self.bufs.drain(..).map(|(b, r)| (b, r.len() as u64))
+        let fixed = &self.fixed;
+        self.bufs.drain(..).map(move |(b, r, index)| {
+            let bytes = r.len() as u64;
+            match (index, fixed) {
+                (Some(i), Some(f)) => {
+                    f.give_back(i, b);
+                    (None, bytes)
+                }
+                (Some(_), None) => (None, bytes),
+                (None, _) => (Some(b), bytes),
+            }
+        })
     }
 }
 
@@ -95,9 +128,9 @@ mod tests {
     #[test]
     fn replies_are_laid_out_as_the_wire_wants() {
         let mut r = ReadReplies::default();
-        r.push(true, 7, 4096, vec![9; 10], 2..6);
-        r.push(false, 8, 0, vec![1, 2, 3], 0..3);
-        r.push(true, 9, 0, Vec::new(), 0..0);
+        r.push(true, 7, 4096, vec![9; 10], 2..6, None);
+        r.push(false, 8, 0, vec![1, 2, 3], 0..3, None);
+        r.push(true, 9, 0, Vec::new(), 0..0, None);
         let parts: Vec<&[u8]> = r.parts().collect();
         assert_eq!(parts.len(), 6);
         let mut first = proto::encode_structured_header(

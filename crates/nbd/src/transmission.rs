@@ -100,6 +100,9 @@ struct ReaderSide<'r, 'a> {
     ring: Option<&'r mut HitRing<'a>>,
     replies: ReadReplies,
     done: Vec<Finished>,
+    /// A spare buffer a hit did not use (it read into a registered one),
+    /// for the next request before the shared spares.
+    stash: Option<Vec<u8>>,
 }
 
 /// Serves requests on a negotiated connection until the client
@@ -166,10 +169,12 @@ pub(crate) fn serve<R: Read>(
                 break;
             }
         }
+        let fixed = ring.as_ref().and_then(|r| r.fixed_bufs());
         let mut side = ReaderSide {
             ring: ring.as_mut(),
-            replies: ReadReplies::default(),
+            replies: ReadReplies::with_fixed(fixed),
             done: Vec::new(),
+            stash: None,
         };
         if !conn.broken.load(Ordering::SeqCst) {
             conn.read_requests(&mut reader, ctx, &mut side);
@@ -365,7 +370,7 @@ impl<'a> Conn<'a> {
                                         None
                                     });
                                 if let Some(direct) = direct {
-                                    r.start(handle, offset, len as usize, buf, direct);
+                                    side.stash = r.start(handle, offset, len as usize, buf, direct);
                                     continue;
                                 }
                             }
@@ -388,6 +393,7 @@ impl<'a> Conn<'a> {
                                     offset,
                                     buf,
                                     0..len as usize,
+                                    None,
                                 );
                                 if side.replies.is_full() {
                                     self.flush_replies(&mut side.replies);
@@ -494,9 +500,10 @@ impl<'a> Conn<'a> {
 
     /// Like `wait_for_room`, also handing out a spare buffer.
     fn acquire(&self, bytes: u64, side: &mut ReaderSide<'_, 'a>) -> Vec<u8> {
-        self.wait_for_room(bytes, side)
-            .bufs
-            .pop()
+        let mut st = self.wait_for_room(bytes, side);
+        side.stash
+            .take()
+            .or_else(|| st.bufs.pop())
             .unwrap_or_default()
     }
 
@@ -587,8 +594,10 @@ impl<'a> Conn<'a> {
         self.send(&parts[..n]);
         let mut st = self.state.lock();
         for (buf, bytes) in replies.drain_buffers() {
-            if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
-                st.bufs.push(buf);
+            if let Some(buf) = buf {
+                if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
+                    st.bufs.push(buf);
+                }
             }
             st.count -= 1;
             st.bytes -= bytes;
@@ -605,7 +614,14 @@ impl<'a> Conn<'a> {
             match hit.result {
                 Ok(()) => {
                     let data = hit.start..hit.start + hit.len;
-                    replies.push(self.structured, hit.handle, hit.offset, hit.buf, data);
+                    replies.push(
+                        self.structured,
+                        hit.handle,
+                        hit.offset,
+                        hit.buf,
+                        data,
+                        hit.fixed,
+                    );
                     if replies.is_full() {
                         self.flush_replies(replies);
                     }
@@ -616,11 +632,16 @@ impl<'a> Conn<'a> {
                         self.peer,
                         hit.offset
                     );
-                    let mut buf = hit.buf;
-                    buf.clear();
                     let mut st = self.state.lock();
-                    if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
-                        st.bufs.push(buf);
+                    match hit.fixed {
+                        Some(index) => replies.give_back(index, hit.buf),
+                        None => {
+                            let mut buf = hit.buf;
+                            buf.clear();
+                            if buf.capacity() <= KEEP_BUF && st.bufs.len() < self.max_inflight {
+                                st.bufs.push(buf);
+                            }
+                        }
                     }
                     let wake = st.push_job(Job {
                         handle: hit.handle,
