@@ -42,7 +42,8 @@
 # several separated by '/' take turns by round, '-' for none: for an A/B
 # of a server setting in one boot),
 # BENCH_TC_ARGS (more arguments for tiercache serve, separated by ',';
-# by round as BENCH_TC_ENV: -/--writeback-target,1),
+# by round as BENCH_TC_ENV: -/--writeback-target,1), BENCH_TC_CREATE_ARGS
+# (the same for tiercache create: -/--block-size,4k),
 # BENCH_MOVES=1 (tiercache's dirty blocks and writebacks twice a second
 # into moves-<run>.txt; the sampling costs the guest CPU),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run into
@@ -155,7 +156,8 @@ tiercache_setup() {
   local frontend=$1 cutoff=${2:-}
   wipe "$HDD" "$SSD"
   mkdir -p /run/tiercache
-  tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback >"$OUT/tiercache-create.txt"
+  tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback \
+    $(per_round "${BENCH_TC_CREATE_ARGS:-}" | tr ',' ' ' | sed 's/^-$//') >"$OUT/tiercache-create.txt"
   local serve=(env $(per_round "${BENCH_TC_ENV:-}" | tr ',' ' ' | sed 's/^-$//') tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
     ${cutoff:+--sequential-cutoff "$cutoff"} $(per_round "${BENCH_TC_ARGS:-}" | tr ',' ' ' | sed 's/^-$//'))
   if [ "$frontend" = ublk ]; then
@@ -349,6 +351,7 @@ run_config() {
   {
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ENV:-}" ] && echo "server environment: $(per_round "$BENCH_TC_ENV")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ARGS:-}" ] && echo "server arguments: $(per_round "$BENCH_TC_ARGS")"
+    [ "$kind" = tiercache ] && [ -n "${BENCH_TC_CREATE_ARGS:-}" ] && echo "create arguments: $(per_round "$BENCH_TC_CREATE_ARGS")"
     echo "$front: scheduler $(cat "/sys/class/block/$front/queue/scheduler" 2>/dev/null || echo -)"
     diskstats_report "$disks_before" "$(diskstats $disks)" "$RUNTIME"
     if [ -n "$moves_before" ]; then
