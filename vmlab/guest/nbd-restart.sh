@@ -23,6 +23,9 @@ find_device() {
   size=$(cat /sys/block/nbd0/size)
   [ "$size" -gt 0 ] || fail "/dev/nbd0 has size 0 after serve --nbd-device"
   grep -q "^tiercache:.*#default$" /sys/block/nbd0/backend || fail "/dev/nbd0's backend is $(cat /sys/block/nbd0/backend)"
+  # One hardware queue: the kernel's default would be mq-deadline; the
+  # server sets none (crates/frontend/src/scheduler.rs).
+  grep -q '\[none\]' /sys/block/nbd0/queue/scheduler || fail "/dev/nbd0's IO scheduler is $(cat /sys/block/nbd0/queue/scheduler), expected [none]"
   step "/dev/nbd0: $((size * 512 >> 20)) MiB, write cache: $(cat /sys/block/nbd0/queue/write_cache), io_timeout $(cat /sys/block/nbd0/queue/io_timeout) ms"
 }
 

@@ -127,7 +127,7 @@ devices_announced
 step "devices: a=${DEV[a]} b=${DEV[b]} c=${DEV[c]}; state file: $(tr '\n' ' ' <"$STATE")"
 [ "$(pgrep -c -x tiercache)" = 1 ] || fail "more than one tiercache process"
 # One queue each: the kernel's default would be mq-deadline; the server
-# sets none (crates/ublk/src/scheduler.rs).
+# sets none (crates/frontend/src/scheduler.rs).
 for v in a b c; do
   sched=$(cat "/sys/block/${DEV[$v]#/dev/}/queue/scheduler")
   [[ $sched == *"[none]"* ]] || fail "${DEV[$v]}: IO scheduler $sched, expected [none]"

@@ -20,7 +20,9 @@
 //!   completes a request with (negated).
 //!
 //! * [`IdleWorkers`]: when a queued job is worth waking one of the front
-//!   end's worker threads for.
+//!   end's worker threads for;
+//! * [`use_no_scheduler`]: no IO scheduler on a block device a front end
+//!   makes.
 //!
 //! Nothing here knows a protocol: the NBD flags, wire errno values and
 //! ublk's opcodes stay in their crates.
@@ -32,6 +34,7 @@ mod idle_workers;
 mod limits;
 mod mem;
 mod request;
+mod scheduler;
 
 pub use errno::errno;
 pub use export::{DirectRead, Export};
@@ -39,3 +42,4 @@ pub use idle_workers::IdleWorkers;
 pub use limits::{BlockSizes, DEFAULT_MAX_BLOCK};
 pub use mem::MemExport;
 pub use request::{check_request, Access, Checked, Limits, RequestError};
+pub use scheduler::use_no_scheduler;

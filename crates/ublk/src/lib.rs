@@ -61,7 +61,6 @@ pub mod params;
 pub mod pool;
 pub mod recovery;
 pub mod request;
-mod scheduler;
 mod server;
 mod start_error;
 

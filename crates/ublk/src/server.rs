@@ -253,7 +253,7 @@ impl UblkServer {
         };
         match started_rx.recv() {
             Ok(Ok(())) => {
-                match crate::scheduler::use_none(dev_id) {
+                match tiercache_frontend::use_no_scheduler(&format!("ublkb{dev_id}")) {
                     Ok(Some(old)) => log::info!(
                         "/dev/ublkb{dev_id}: IO scheduler none (was {old}): the cache and \
                          backing devices schedule their own IO"
