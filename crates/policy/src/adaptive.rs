@@ -243,6 +243,10 @@ impl Replacement for Adaptive {
         self.live.touch(oblock, access, now);
         self.observe(oblock, now);
     }
+    fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
+        self.live.touch_at(oblock, cblock, access, now);
+        self.observe(oblock, now);
+    }
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
         let ins = self.live.insert(oblock, now);
         self.observe(oblock, now);

@@ -760,7 +760,7 @@ impl Director {
                 io.misses += 1;
                 return ReadPlan::Miss;
             }
-            self.record_read_hit(io, oblock, now);
+            self.record_read_hit(io, oblock, c, now);
             return ReadPlan::Hit(c);
         }
         self.count(io.volume, |c| c.read_misses += 1);
@@ -789,10 +789,10 @@ impl Director {
     /// the counters, the replacement's and the admission's state. The one
     /// place a read hit is recorded, for [`Director::plan_read`] and
     /// [`Director::plan_read_hits`] alike.
-    fn record_read_hit(&mut self, io: &mut IoPlan, oblock: OriginBlock, now: Time) {
+    fn record_read_hit(&mut self, io: &mut IoPlan, oblock: OriginBlock, c: CacheBlock, now: Time) {
         self.count(io.volume, |c| c.read_hits += 1);
         io.hits += 1;
-        self.replacement.touch(oblock, Access::Read, now);
+        self.replacement.touch_at(oblock, c, Access::Read, now);
         self.admission.on_hit(oblock, now);
     }
 
@@ -815,7 +815,7 @@ impl Director {
             let key = OriginBlock::of(req.volume, b);
             debug_assert_eq!(self.read_hit_slot(key), Some(c), "{key} is no hit on {c}");
             self.note_reference(key, io.bypass);
-            self.record_read_hit(&mut io, key, now);
+            self.record_read_hit(&mut io, key, c, now);
         }
         self.finish(io);
         io

@@ -107,6 +107,14 @@ pub trait Replacement: Send {
     /// resident.
     fn touch(&mut self, oblock: OriginBlock, access: Access, now: Time);
 
+    /// [`Replacement::touch`] for a caller that has just looked `oblock`
+    /// up and found it in slot `cblock` (the director's hits): the same
+    /// decision, without a second lookup where the policy can do without.
+    fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
+        let _ = cblock;
+        self.touch(oblock, access, now);
+    }
+
     /// Makes `oblock` resident. Caller guarantees it is not resident. Evicts
     /// a clean block first when the cache is full.
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion>;

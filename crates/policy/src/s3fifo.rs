@@ -317,6 +317,16 @@ impl Replacement for S3Fifo {
         }
     }
 
+    fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, _access: Access, _now: Time) {
+        debug_assert_eq!(
+            self.slots.lookup(oblock),
+            Some(cblock),
+            "{oblock} is not in {cblock}"
+        );
+        let f = self.freq(cblock);
+        self.set_freq(cblock, f.saturating_add(1));
+    }
+
     fn insert(&mut self, oblock: OriginBlock, _now: Time) -> Option<Insertion> {
         if self.slots.is_full() && self.slots.dirty_count() == self.slots.len() {
             return None;
