@@ -29,7 +29,8 @@
 # Environment (--env K=V): BENCH_RUNTIME (s per run, default 15),
 # BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
-# BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU),
+# BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU; by
+# round as BENCH_TC_ENV: 1/2),
 # BENCH_UBLK_QUEUES (serve --ublk-queues; default: the server's),
 # BENCH_ROUNDS (default 1: every configuration and size once; with N > 1
 # each runs N times, the rounds interleaved, every other round in reverse
@@ -171,7 +172,7 @@ tiercache_setup() {
   "${serve[@]}" --socket "$TC_SOCKET" >>"$OUT/tiercache.log" 2>&1 &
   TC_PID=$!
   wait_for_path "$TC_SOCKET" 60
-  nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 -C "$NBD_CONNECTIONS" >/dev/null
+  nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
   DEV=/dev/nbd0
   local i=0
   while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
@@ -351,6 +352,7 @@ run_config() {
   {
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ENV:-}" ] && echo "server environment: $(per_round "$BENCH_TC_ENV")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ARGS:-}" ] && echo "server arguments: $(per_round "$BENCH_TC_ARGS")"
+    [ "$front" = nbd0 ] && echo "NBD connections: $(per_round "$NBD_CONNECTIONS")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_CREATE_ARGS:-}" ] && echo "create arguments: $(per_round "$BENCH_TC_CREATE_ARGS")"
     echo "$front: scheduler $(cat "/sys/class/block/$front/queue/scheduler" 2>/dev/null || echo -)"
     diskstats_report "$disks_before" "$(diskstats $disks)" "$RUNTIME"
