@@ -21,7 +21,7 @@
 //!
 //! * [`IdleWorkers`]: when a queued job is worth waking one of the front
 //!   end's worker threads for;
-//! * [`use_no_scheduler`]: no IO scheduler on a block device a front end
+//! * [`prefer_no_scheduler`]: no IO scheduler on a block device a front end
 //!   makes.
 //!
 //! Nothing here knows a protocol: the NBD flags, wire errno values and
@@ -42,4 +42,4 @@ pub use idle_workers::IdleWorkers;
 pub use limits::{BlockSizes, DEFAULT_MAX_BLOCK};
 pub use mem::MemExport;
 pub use request::{check_request, Access, Checked, Limits, RequestError};
-pub use scheduler::use_no_scheduler;
+pub use scheduler::{prefer_no_scheduler, use_no_scheduler};

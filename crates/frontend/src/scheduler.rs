@@ -38,6 +38,19 @@ pub fn use_no_scheduler(name: &str) -> std::io::Result<Option<String>> {
     }
 }
 
+/// [`use_no_scheduler`] for a front end starting `/dev/{name}`: logs a
+/// change, and a failure as a warning (the device works either way).
+pub fn prefer_no_scheduler(name: &str) {
+    match use_no_scheduler(name) {
+        Ok(Some(old)) => log::info!(
+            "/dev/{name}: IO scheduler none (was {old}): the cache and backing devices \
+             schedule their own IO"
+        ),
+        Ok(None) => {}
+        Err(e) => log::warn!("/dev/{name}: IO scheduler left as it is (setting none: {e})"),
+    }
+}
+
 /// The bracketed entry of a `queue/scheduler` file ("none [mq-deadline]").
 fn selected(list: &str) -> Option<&str> {
     list.split_whitespace()

@@ -253,16 +253,7 @@ impl UblkServer {
         };
         match started_rx.recv() {
             Ok(Ok(())) => {
-                match tiercache_frontend::use_no_scheduler(&format!("ublkb{dev_id}")) {
-                    Ok(Some(old)) => log::info!(
-                        "/dev/ublkb{dev_id}: IO scheduler none (was {old}): the cache and \
-                         backing devices schedule their own IO"
-                    ),
-                    Ok(None) => {}
-                    Err(e) => log::warn!(
-                        "/dev/ublkb{dev_id}: IO scheduler left as it is (setting none: {e})"
-                    ),
-                }
+                tiercache_frontend::prefer_no_scheduler(&format!("ublkb{dev_id}"));
                 Ok(server)
             }
             Ok(Err(m)) => {

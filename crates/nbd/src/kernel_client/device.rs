@@ -270,14 +270,7 @@ impl KernelDevice {
             }
         };
         set_requeue_check(&cfg);
-        match tiercache_frontend::use_no_scheduler(&format!("nbd{index}")) {
-            Ok(Some(old)) => log::info!(
-                "/dev/nbd{index}: IO scheduler none (was {old}): the cache and backing devices \
-                 schedule their own IO"
-            ),
-            Ok(None) => {}
-            Err(e) => log::warn!("/dev/nbd{index}: IO scheduler left as it is (setting none: {e})"),
-        }
+        tiercache_frontend::prefer_no_scheduler(&format!("nbd{index}"));
         let cfg = Arc::new(cfg);
         let stop = Arc::new(AtomicBool::new(false));
         let watcher = {
