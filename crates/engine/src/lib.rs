@@ -79,6 +79,8 @@ pub struct Engine {
     block_size: u64,
     data_offset: u64,
     director: Mutex<Director>,
+    /// Which dirty blocks the cleaner writes back next (`writeback.rs`).
+    sweep: Mutex<tiercache_policy::writeback_sweep::WritebackSweep>,
     policy_name: String,
     locks: StripeLocks,
     slots: SlotStates,
@@ -137,6 +139,7 @@ impl Engine {
             block_size: bs,
             data_offset: config.cache_data_offset,
             director: Mutex::new(director),
+            sweep: Mutex::new(Default::default()),
             policy_name: config.policy.to_string(),
             locks: StripeLocks::new(),
             slots: SlotStates::new(capacity),

@@ -5,15 +5,23 @@ use crate::claims;
 use crate::scratch::RunBuf;
 use crate::stats::IoCounters;
 use crate::{Engine, EngineError, Result};
+use parking_lot::Mutex;
 use tiercache_policy::writeback::choose_writeback;
+use tiercache_policy::writeback_sweep::DirtySource;
+use tiercache_policy::Director;
 use tiercache_types::{CacheBlock, OriginBlock};
 
 impl Engine {
     /// Writes back up to `max_blocks` dirty blocks, in backing-device order,
     /// merging neighbours into one write, then flushes the backing device
     /// and marks them clean. Returns how many were cleaned.
+    /// Which blocks: the next of the sweep over the dirty blocks
+    /// (`tiercache_policy::writeback_sweep`, as the simulator's cleaner).
     pub fn clean(&self, max_blocks: usize) -> Result<usize> {
-        let dirty = self.director.lock().dirty_blocks_unordered();
+        let dirty = self
+            .sweep
+            .lock()
+            .next_batch(max_blocks, &LockedDirector(&self.director));
         self.clean_sorted(dirty, max_blocks)
     }
 
@@ -194,5 +202,18 @@ impl Engine {
             progress(done, total.max(done));
         }
         Ok(())
+    }
+}
+
+/// The director behind the engine's lock, as the sweep's source: each
+/// call takes the lock once.
+struct LockedDirector<'a>(&'a Mutex<Director>);
+
+impl DirtySource for LockedDirector<'_> {
+    fn dirty_unordered(&self) -> Vec<(OriginBlock, CacheBlock)> {
+        self.0.lock().dirty_blocks_unordered()
+    }
+    fn retain_dirty(&self, blocks: &mut Vec<(OriginBlock, CacheBlock)>) {
+        self.0.lock().retain_dirty(blocks)
     }
 }

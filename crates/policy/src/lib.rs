@@ -37,6 +37,7 @@ pub mod smq;
 pub mod utility;
 mod volumes;
 pub mod writeback;
+pub mod writeback_sweep;
 
 pub use adaptive::Adaptive;
 pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};

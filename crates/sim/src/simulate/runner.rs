@@ -7,7 +7,8 @@ use super::spec::{policy_label, SimSpec};
 use crate::device::{DeviceModel, LatencyHistogram};
 use crate::trace::{Request, VOLUME_SHIFT};
 use tiercache_policy::director::{ReadPlan, WritePlan};
-use tiercache_policy::writeback::{choose_writeback, RateController};
+use tiercache_policy::writeback::RateController;
+use tiercache_policy::writeback_sweep::WritebackSweep;
 use tiercache_policy::{BlockPlan, Director, DirectorConfig, IoRequest, PolicyConfig};
 use tiercache_types::{CacheMode, Time, VolumeId};
 
@@ -54,6 +55,8 @@ pub struct ConfigRunner {
     slow_busy: u128,
     /// The engine's writeback pacing, and the idle gap in ns.
     cleaner: Option<(RateController, u64)>,
+    /// Which dirty blocks the cleaner writes back next, as the engine's.
+    sweep: WritebackSweep,
     cleaner_writebacks: u64,
     /// The cleaner's clock: the request's own time for a timestamped
     /// trace, else modelled time (each request's modelled latency over the
@@ -118,6 +121,7 @@ impl ConfigRunner {
                 .cleaner
                 .filter(|_| spec.mode == CacheMode::WriteBack)
                 .map(|c| (RateController::new(c.config()), c.idle_after_ms * 1_000_000)),
+            sweep: WritebackSweep::new(),
             cleaner_writebacks: 0,
             timestamps: false,
             clock: Time::ZERO,
@@ -313,7 +317,7 @@ impl ConfigRunner {
     /// Writes dirty blocks back in origin order until at most `low` remain.
     /// Writes back `n` dirty blocks, the ones the engine would choose.
     fn clean(&mut self, n: usize) {
-        let dirty = choose_writeback(self.d.dirty_blocks_unordered(), n);
+        let dirty = self.sweep.next_batch(n, &self.d);
         for (o, _) in dirty {
             self.d.mark_clean(o);
             self.cleaner_writebacks += 1;
