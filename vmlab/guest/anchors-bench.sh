@@ -347,7 +347,13 @@ run_config() {
     --percentile_list=1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.95:99.99 \
     --output-format=terse,json+ --terse-version=3 \
     --write_iops_log="$OUT/iops-$RUN" --log_avg_msec=1000 \
-    --output="$OUT/fio-$RUN.out" || fail "fio $name"
+    --output="$OUT/fio-$RUN.out" || {
+      # fio 3.33 has been seen to segfault on its way out after a complete
+      # run (2026-11-27, NBD, data 4x the cache): a run whose report is
+      # whole counts; one without it fails.
+      grep -q '^3;' "$OUT/fio-$RUN.out" 2>/dev/null || fail "fio $name"
+      echo "warning: fio $name exited with an error after writing its whole report; the run counts"
+    }
   [ -n "$moves_pid" ] && kill "$moves_pid" 2>/dev/null
   {
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ENV:-}" ] && echo "server environment: $(per_round "$BENCH_TC_ENV")"
