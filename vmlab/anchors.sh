@@ -53,6 +53,9 @@ out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 # shellcheck disable=SC2054 # (commas inside one --disk argument)
 bins=()
 case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
+# More host binaries for the guest's PATH (e.g. a build before a change,
+# named tiercache-before, for BENCH_TC_BIN).
+for b in ${ANCHORS_BIN:-}; do bins+=(--bin "$b"); done
 ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
   "${envs[@]}" "${bins[@]}" vmlab/guest/anchors-bench.sh
 "$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"

@@ -42,6 +42,10 @@
 # BENCH_TC_ENV (environment for the tiercache server, KEY=V[,KEY=V];
 # several separated by '/' take turns by round, '-' for none: for an A/B
 # of a server setting in one boot),
+# BENCH_TC_BIN (the server's binary by round as BENCH_TC_ENV, e.g.
+# tiercache/tiercache-before: a build before a change, copied in with
+# ANCHORS_BIN=/path/to/tiercache-before on the host, for an A/B of two
+# builds in one boot),
 # BENCH_TC_ARGS (more arguments for tiercache serve, separated by ',';
 # by round as BENCH_TC_ENV: -/--writeback-target,1), BENCH_TC_CREATE_ARGS
 # (the same for tiercache create: -/--block-size,4k),
@@ -157,9 +161,11 @@ tiercache_setup() {
   local frontend=$1 cutoff=${2:-}
   wipe "$HDD" "$SSD"
   mkdir -p /run/tiercache
-  tiercache create --force --backing "$HDD" --cache "$SSD" --mode writeback \
+  local bin
+  bin=$(per_round "${BENCH_TC_BIN:-tiercache}")
+  "$bin" create --force --backing "$HDD" --cache "$SSD" --mode writeback \
     $(per_round "${BENCH_TC_CREATE_ARGS:-}" | tr ',' ' ' | sed 's/^-$//') >"$OUT/tiercache-create.txt"
-  local serve=(env $(per_round "${BENCH_TC_ENV:-}" | tr ',' ' ' | sed 's/^-$//') tiercache serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
+  local serve=(env $(per_round "${BENCH_TC_ENV:-}" | tr ',' ' ' | sed 's/^-$//') "$bin" serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
     ${cutoff:+--sequential-cutoff "$cutoff"} $(per_round "${BENCH_TC_ARGS:-}" | tr ',' ' ' | sed 's/^-$//'))
   if [ "$frontend" = ublk ]; then
     while [ -e /dev/ublkc0 ]; do sleep 0.1; done
@@ -356,6 +362,7 @@ run_config() {
     }
   [ -n "$moves_pid" ] && kill "$moves_pid" 2>/dev/null
   {
+    [ "$kind" = tiercache ] && [ -n "${BENCH_TC_BIN:-}" ] && echo "server binary: $(per_round "$BENCH_TC_BIN")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ENV:-}" ] && echo "server environment: $(per_round "$BENCH_TC_ENV")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ARGS:-}" ] && echo "server arguments: $(per_round "$BENCH_TC_ARGS")"
     [ "$front" = nbd0 ] && echo "NBD connections: $(per_round "$NBD_CONNECTIONS")"
