@@ -55,7 +55,11 @@ bins=()
 case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
 # More host binaries for the guest's PATH (e.g. a build before a change,
 # named tiercache-before, for BENCH_TC_BIN).
-for b in ${ANCHORS_BIN:-}; do bins+=(--bin "$b"); done
+if [ -n "${ANCHORS_BIN:-}" ]; then
+  # (Any --bin replaces run.sh's default of tiercache alone.)
+  [ ${#bins[@]} -eq 0 ] && bins=(--bin "$VMLAB_TIERCACHE")
+  for b in $ANCHORS_BIN; do bins+=(--bin "$b"); done
+fi
 ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
   "${envs[@]}" "${bins[@]}" vmlab/guest/anchors-bench.sh
 "$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"
