@@ -27,6 +27,15 @@ pub struct CleanerConfig {
     pub min_rate: f64,
     /// Highest writeback rate under load, blocks per second.
     pub max_rate: f64,
+    /// Under load, blocks are written back in batches of at least this
+    /// many, or of what is due once `max_batch_wait` has passed since the
+    /// last batch: each batch ends with a flush of the backing device and
+    /// a metadata commit on the cache device, so twenty one-block batches
+    /// a second would flush both twenty times a second.
+    pub min_batch: u64,
+    /// The longest a due block waits for its batch to fill (dm-cache
+    /// commits its metadata every second).
+    pub max_batch_wait: Duration,
 }
 
 impl Default for CleanerConfig {
@@ -37,6 +46,8 @@ impl Default for CleanerConfig {
             tick: Duration::from_millis(50),
             min_rate: 8.0,
             max_rate: 100_000.0,
+            min_batch: 64,
+            max_batch_wait: Duration::from_secs(1),
         }
     }
 }
@@ -50,6 +61,8 @@ pub struct RateController {
     integral: f64,
     last: Option<Time>,
     budget: f64,
+    /// When the last batch under load was handed out.
+    last_batch: Option<Time>,
 }
 
 /// Proportional term: error / P_INVERSE blocks per second (bcache: 40).
@@ -64,6 +77,7 @@ impl RateController {
             integral: 0.0,
             last: None,
             budget: 0.0,
+            last_batch: None,
         }
     }
 
@@ -107,9 +121,20 @@ impl RateController {
             self.integral *= 0.5;
         }
         self.budget += self.rate(dirty, capacity) * dt;
-        let n = self.budget.floor();
-        self.budget -= n;
-        (n as u64).min(dirty)
+        let due = self.budget.floor();
+        let n = (due as u64).min(dirty);
+        let waited = self.last_batch.map_or(u64::MAX, |t| now.saturating_sub(t));
+        if n == 0
+            || (n < self.cfg.min_batch
+                && n < dirty
+                && waited < self.cfg.max_batch_wait.as_nanos() as u64)
+        {
+            // Due blocks wait for their batch (the budget keeps them).
+            return 0;
+        }
+        self.budget -= due;
+        self.last_batch = Some(now);
+        n
     }
 }
 
@@ -161,6 +186,52 @@ mod tests {
         assert!(
             total_late >= total_early,
             "integral term raises the rate: {total_early} then {total_late}"
+        );
+    }
+
+    #[test]
+    fn under_load_blocks_go_in_batches_of_min_batch_or_after_max_batch_wait() {
+        let cfg = CleanerConfig::default();
+        // 10 blocks a second due (dirty 500 of 1000, target 100: error
+        // 400 / 40), ticks of 50 ms: a block is due every other tick.
+        let mut c = RateController::new(cfg.clone());
+        let mut batches = Vec::new();
+        for i in 0..61 {
+            let n = c.blocks_to_clean(500, 1000, false, false, secs(i as f64 * 0.05));
+            if n > 0 {
+                batches.push((i, n));
+            }
+        }
+        // The first due block goes at once; then what is due waits a
+        // second for its batch: 3 batches in 3 s, not 30.
+        assert_eq!(batches.len(), 3, "{batches:?}");
+        assert_eq!(batches[0].1, 1);
+        assert!(batches[1].1 >= 9 && batches[2].1 >= 9, "{batches:?}");
+        assert!(batches[1].0 - batches[0].0 >= 20, "{batches:?}");
+        // At a high rate a batch goes as soon as min_batch is due.
+        let mut c = RateController::new(cfg.clone());
+        let mut first_full = None;
+        for i in 0..40 {
+            let n = c.blocks_to_clean(90_000, 100_000, false, false, secs(i as f64 * 0.05));
+            if n >= cfg.min_batch {
+                first_full = Some(i);
+                break;
+            }
+        }
+        assert!(first_full.is_some_and(|i| i < 20), "{first_full:?}");
+        // A batch never waits for more blocks than are dirty: one dirty
+        // block over a target of 0 goes as soon as it is due (8 a second,
+        // the floor rate), not once a second.
+        let mut c = RateController::new(CleanerConfig {
+            target_dirty: 0.0,
+            ..cfg
+        });
+        let batches = (0..20)
+            .filter(|&i| c.blocks_to_clean(1, 1000, false, false, secs(f64::from(i) * 0.05)) > 0)
+            .count();
+        assert!(
+            batches >= 6,
+            "{batches} batches of the one dirty block in 1 s"
         );
     }
 
