@@ -15,6 +15,7 @@ impl Engine {
     /// Writes back up to `max_blocks` dirty blocks, in backing-device order,
     /// merging neighbours into one write, then flushes the backing device
     /// and marks them clean. Returns how many were cleaned.
+    ///
     /// Which blocks: the next of the sweep over the dirty blocks
     /// (`tiercache_policy::writeback_sweep`, as the simulator's cleaner).
     pub fn clean(&self, max_blocks: usize) -> Result<usize> {

@@ -29,9 +29,10 @@ pub struct CleanerConfig {
     pub max_rate: f64,
     /// Under load, blocks are written back in batches of at least this
     /// many, or of what is due once `max_batch_wait` has passed since the
-    /// last batch: each batch ends with a flush of the backing device and
-    /// a metadata commit on the cache device, so twenty one-block batches
-    /// a second would flush both twenty times a second.
+    /// last batch: the engine flushes the backing device and commits its
+    /// metadata after each run of neighbouring blocks in a batch, so
+    /// twenty one-block batches a second would flush both devices twenty
+    /// times a second.
     pub min_batch: u64,
     /// The longest a due block waits for its batch to fill (dm-cache
     /// commits its metadata every second).
