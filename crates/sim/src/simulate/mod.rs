@@ -13,8 +13,9 @@
 //! blocks and when come from the policy crate's
 //! [`RateController`](tiercache_policy::writeback::RateController)
 //! (bcache's PI controller on the dirty share; everything once idle),
-//! which blocks from [`choose_writeback`](tiercache_policy::writeback::choose_writeback)
-//! (origin order). Its clock is the trace's time when the trace has
+//! which blocks from a
+//! [`WritebackSweep`](tiercache_policy::writeback_sweep::WritebackSweep)
+//! (origin order, a batch at a time, as the engine's cleaner). Its clock is the trace's time when the trace has
 //! timestamps (a gap of `idle_after_ms` or more counts as idle: all is
 //! written back before the next request), else modelled time (each
 //! request's modelled latency over the queue depth, back to back, never
