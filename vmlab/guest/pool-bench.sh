@@ -32,7 +32,11 @@
 #
 # Environment (--env K=V): BENCH_RUNTIME (default 20), BENCH_WARMUP
 # (default 20), BENCH_ROUNDS (default 3), BENCH_CONFIGS ("bcache
-# tiercache tiercache-4k", names separated by spaces or commas).
+# tiercache tiercache-4k", names separated by spaces or commas),
+# BENCH_PERF=1 (a system-wide perf profile of each measured run:
+# perf-<run>-comm.txt by thread name, -flat.txt by thread and symbol,
+# -workers.txt tiercache's ublk workers by symbol; needs the host's perf,
+# vmlab/run.sh --bin /usr/bin/perf).
 # Caveat (as for anchors-bench.sh): under TCG every IO costs CPU time on
 # one host thread; the numbers rank the set-ups, their absolute values say
 # nothing about real hardware.
@@ -170,9 +174,26 @@ run_config() {
   before=$("${kind}_counters")
   cpu_before=$(cpu_ticks)
   job_file "$RUNTIME" >"$OUT/measure.fio"
+  local perf_pid=""
+  if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
+    perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$RUN.data" -- sleep $((RUNTIME - 3)) \
+      >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   fio "$OUT/measure.fio" --eta=never --output-format=terse --terse-version=3 \
     --percentile_list=50:99 --output="$OUT/fio-$RUN.out" || fail "fio $RUN"
   cpu_after=$(cpu_ticks)
+  if [ -n "$perf_pid" ]; then
+    wait "$perf_pid" || true
+    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm --stdio -g none 2>/dev/null |
+      grep '%' | head -n 40 >"$OUT/perf-$RUN-comm.txt" || true
+    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
+      grep '%' | head -n 300 >"$OUT/perf-$RUN-flat.txt" || true
+    perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
+      --comms "$(seq -s, -f 'ublk-io-%g' 0 127)" 2>/dev/null |
+      grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
+    rm -f "$OUT/perf-$RUN.data"
+  fi
   sleep 2 # bcache folds its counters into stats_total about once a second
   after=$("${kind}_counters")
   "${kind}_teardown"

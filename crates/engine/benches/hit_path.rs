@@ -5,7 +5,9 @@
 //!
 //! Run one scenario: `cargo bench -p tiercache-engine --bench hit_path --
 //! SCENARIO [IOS]` (prints nanoseconds per IO, a noisy figure on a shared
-//! machine). The repeatable figure is instructions per IO: `cargo bench -p
+//! machine; `HIT_PATH_THREADS=N` shares the IOs among N threads on the
+//! one volume, as a front end's connections or queues do, and gives
+//! their wall time per IO: how far the hit path scales past its locks). The repeatable figure is instructions per IO: `cargo bench -p
 //! tiercache-engine --bench hit_path -- callgrind [IOS]` runs every
 //! scenario under valgrind's callgrind, counting only inside [`measured`]
 //! (`--toggle-collect`), so the set-up and the warm-up are not counted
@@ -133,8 +135,8 @@ fn warm(rig: &Rig, blocks: u64, write: bool) {
 /// The scenario's IOs; the only function callgrind counts in
 /// (`scripts/bench-hitpath.sh`), so keep it out of line.
 #[inline(never)]
-fn measured(scenario: &str, rig: &Rig, ios: u64, buf: &mut [u8]) {
-    let mut at = Offsets(0x9E37_79B9_7F4A_7C15);
+fn measured(scenario: &str, rig: &Rig, ios: u64, buf: &mut [u8], seed: u64) {
+    let mut at = Offsets(0x9E37_79B9_7F4A_7C15 ^ seed);
     let v = &rig.volume;
     for _ in 0..ios {
         let off = at.next(rig.span);
@@ -206,6 +208,10 @@ fn main() {
         .get(1)
         .map(|n| n.parse().expect("IOS is a number"))
         .unwrap_or(100_000);
+    let threads: u64 = std::env::var("HIT_PATH_THREADS")
+        .map(|n| n.parse().expect("HIT_PATH_THREADS is a number"))
+        .unwrap_or(1)
+        .max(1);
     for scenario in scenarios {
         let (mode, on_file, blocks) = match scenario {
             "read-hit-mem" | "quick-hit-mem" => (CacheMode::WriteThrough, false, CACHE_BLOCKS),
@@ -220,16 +226,25 @@ fn main() {
         if scenario != "read-miss-mem" {
             warm(&rig, blocks, scenario == "write-hit-mem");
         }
-        let mut buf = tiercache_device::AlignedBuf::new(IO);
         let before = rig.volume.stats().decisions;
         let start = Instant::now();
-        measured(scenario, &rig, ios, &mut buf);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let rig = &rig;
+                s.spawn(move || {
+                    let mut buf = tiercache_device::AlignedBuf::new(IO);
+                    measured(scenario, rig, ios / threads, &mut buf, t);
+                });
+            }
+        });
+        let ios = ios / threads * threads;
         let took = start.elapsed();
         let after = rig.volume.stats().decisions;
         let hits = (after.read_hits + after.write_hits) - (before.read_hits + before.write_hits);
         println!(
-            "{scenario:<16} {ios} IOs, {:.0} ns per IO, {:.1}% hits, {} promotions",
+            "{scenario:<16} {ios} IOs on {threads} thread(s), {:.0} ns per IO ({:.2}M IOs/s), {:.1}% hits, {} promotions",
             took.as_nanos() as f64 / ios as f64,
+            ios as f64 / took.as_secs_f64() / 1e6,
             100.0 * hits as f64 / ios as f64,
             after.promotions - before.promotions
         );

@@ -29,6 +29,7 @@ mod cached_read;
 mod claims;
 mod cleaner;
 mod config;
+mod director_lock;
 mod error;
 mod failure;
 mod fill;
@@ -60,6 +61,7 @@ pub use stats::{EngineStats, SharingStats, VolumeStats};
 pub use tiercache_policy::VolumeLimits;
 pub use verify::{RestoreCheck, RestoreVerifier};
 
+use director_lock::DirectorLock;
 use locks::StripeLocks;
 use parking_lot::{Mutex, RwLock};
 use slot_state::SlotStates;
@@ -78,7 +80,8 @@ pub struct Engine {
     cache: Arc<dyn BlockDevice>,
     block_size: u64,
     data_offset: u64,
-    director: Mutex<Director>,
+    /// Every request's decisions (`director_lock.rs`).
+    director: DirectorLock,
     /// Which dirty blocks the cleaner writes back next (`writeback.rs`).
     sweep: Mutex<tiercache_policy::writeback_sweep::WritebackSweep>,
     policy_name: String,
@@ -138,7 +141,7 @@ impl Engine {
             cache,
             block_size: bs,
             data_offset: config.cache_data_offset,
-            director: Mutex::new(director),
+            director: DirectorLock::new(director),
             sweep: Mutex::new(Default::default()),
             policy_name: config.policy.to_string(),
             locks: StripeLocks::new(),

@@ -2,13 +2,12 @@
 //! backing-device order, flushed, claimed clean, then marked clean.
 
 use crate::claims;
+use crate::director_lock::DirectorLock;
 use crate::scratch::RunBuf;
 use crate::stats::IoCounters;
 use crate::{Engine, EngineError, Result};
-use parking_lot::Mutex;
 use tiercache_policy::writeback::choose_writeback;
 use tiercache_policy::writeback_sweep::DirtySource;
-use tiercache_policy::Director;
 use tiercache_types::{CacheBlock, OriginBlock};
 
 impl Engine {
@@ -208,7 +207,7 @@ impl Engine {
 
 /// The director behind the engine's lock, as the sweep's source: each
 /// call takes the lock once.
-struct LockedDirector<'a>(&'a Mutex<Director>);
+struct LockedDirector<'a>(&'a DirectorLock);
 
 impl DirtySource for LockedDirector<'_> {
     fn dirty_unordered(&self) -> Vec<(OriginBlock, CacheBlock)> {

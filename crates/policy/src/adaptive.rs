@@ -30,11 +30,16 @@
 //!   `MINI_BLOCKS` blocks, so the minis' RAM and time are bounded whatever
 //!   the cache size. A mini is the live policy's own code, so its miss count
 //!   is an estimate of what the live cache would do with that candidate.
+//!   The minis get the sampled accesses in batches of 64 (`minis.rs`), so
+//!   that the engine runs their work after releasing the director's lock
+//!   that every request takes; a choice reaches the live cache one batch
+//!   after the epoch that made it, at the same point of the stream in the
+//!   simulator and the engine.
 //! - **Choosing.** At the end of every epoch (`max(EPOCH_ACCESSES, 2 *
 //!   mini capacity)` sampled accesses) the live cache moves **one step**
 //!   along the axis towards the mini with the fewest windowed misses (ties
 //!   keep the live candidate), then every mini's count is multiplied by
-//!   [`WINDOW_DECAY`] (an exponential window over the recent past, so a
+//!   [`WINDOW_DECAY`](crate::minis::WINDOW_DECAY) (an exponential window over the recent past, so a
 //!   change of workload is followed). One step, not a jump: a change is
 //!   not free for the live cache (a larger share is made by evicting from
 //!   main, a smaller one by evicting from small), and on a noisy estimate
@@ -61,6 +66,7 @@
 //! simulator and the engine make the same choices for the same stream.
 //! The hint saved with each block is S3-FIFO's own.
 
+use crate::minis::{DeferredMinis, MiniFeed};
 use crate::s3fifo::S3Fifo;
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};
@@ -72,10 +78,6 @@ pub const MINI_BLOCKS: u32 = 4096;
 /// Sampled accesses per epoch, at least (the window's decay step); larger
 /// mini-caches get `2 * mini capacity`, so an epoch lets a mini turn over.
 pub const EPOCH_ACCESSES: u64 = 1024;
-/// Each mini's miss count is multiplied by this at every epoch's end: the
-/// choice weighs about the last ten epochs (twenty turnovers of a mini).
-pub const WINDOW_DECAY: f64 = 0.9;
-
 /// One configuration of the live S3-FIFO that a mini-cache tries.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
@@ -106,25 +108,18 @@ pub const CANDIDATES: &[Candidate] = &[
 /// two hits.
 const PRIOR: usize = 2;
 
-/// One candidate's miniature simulation.
-struct Mini {
-    cache: S3Fifo,
-    /// Misses in the exponential window (decayed every epoch).
-    misses: f64,
-}
-
 /// The adaptive replacement policy. See the module documentation.
 pub struct Adaptive {
     live: S3Fifo,
-    /// One per candidate, in [`CANDIDATES`] order.
-    minis: Vec<Mini>,
+    /// The mini-caches, one per candidate in [`CANDIDATES`] order, and
+    /// their choice (`minis.rs`: fed in batches, run outside the
+    /// director's lock where the engine can).
+    minis: MiniFeed,
     /// Index in [`CANDIDATES`] of the live cache's configuration.
     current: usize,
     /// A block is sampled when `sample_hash(o) < threshold` (`u64::MAX`:
     /// every block).
     threshold: u64,
-    epoch_len: u64,
-    epoch_left: u64,
     changes: u64,
 }
 
@@ -155,17 +150,14 @@ impl Adaptive {
         };
         Adaptive {
             live: build(capacity, &CANDIDATES[PRIOR]),
-            minis: CANDIDATES
-                .iter()
-                .map(|c| Mini {
-                    cache: build(mini_capacity, c),
-                    misses: 0.0,
-                })
-                .collect(),
+            minis: MiniFeed::new(
+                CANDIDATES.len(),
+                |i| build(mini_capacity, &CANDIDATES[i]),
+                epoch_len,
+                PRIOR,
+            ),
             current: PRIOR,
             threshold,
-            epoch_len,
-            epoch_left: epoch_len,
             changes: 0,
         }
     }
@@ -189,45 +181,25 @@ impl Adaptive {
         self.threshold == u64::MAX || sample_hash(o.0) < self.threshold
     }
 
-    /// Feeds one access of `o` to the mini-caches if `o` is sampled; at the
-    /// end of an epoch, steps towards the best candidate and decays the
-    /// windows.
+    /// Feeds one access of `o` to the mini-caches if `o` is sampled.
     fn observe(&mut self, o: OriginBlock, now: Time) {
-        if !self.sampled(o) {
-            return;
-        }
-        for m in &mut self.minis {
-            if !m.cache.access(o, now) {
-                m.misses += 1.0;
+        if self.sampled(o) {
+            if let Some(chosen) = self.minis.access(o, now) {
+                self.follow(chosen);
             }
-        }
-        self.epoch_left -= 1;
-        if self.epoch_left == 0 {
-            self.epoch_left = self.epoch_len;
-            self.end_epoch();
         }
     }
 
-    fn end_epoch(&mut self) {
-        let mut best = self.current;
-        for (i, m) in self.minis.iter().enumerate() {
-            if m.misses < self.minis[best].misses {
-                best = i;
-            }
-        }
-        if best != self.current {
-            self.current = if best > self.current {
-                self.current + 1
-            } else {
-                self.current - 1
-            };
-            let c = CANDIDATES[self.current];
+    /// Moves the live cache to the candidate the minis chose (one step
+    /// from the current one at most: an epoch is longer than a batch).
+    fn follow(&mut self, chosen: usize) {
+        if chosen != self.current {
+            debug_assert_eq!(chosen.abs_diff(self.current), 1);
+            self.current = chosen;
+            let c = CANDIDATES[chosen];
             self.live.set_small_ratio(c.share);
             self.live.set_move_threshold(c.threshold);
             self.changes += 1;
-        }
-        for m in &mut self.minis {
-            m.misses *= WINDOW_DECAY;
         }
     }
 }
@@ -257,8 +229,8 @@ impl Replacement for Adaptive {
     }
     fn remove(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
         if self.sampled(oblock) {
-            for m in &mut self.minis {
-                m.cache.remove(oblock);
+            if let Some(chosen) = self.minis.remove(oblock) {
+                self.follow(chosen);
             }
         }
         self.live.remove(oblock)
@@ -273,12 +245,10 @@ impl Replacement for Adaptive {
         self.live.hint(oblock)
     }
     fn memory_bytes(&self) -> usize {
-        self.live.memory_bytes()
-            + self
-                .minis
-                .iter()
-                .map(|m| m.cache.memory_bytes())
-                .sum::<usize>()
+        self.live.memory_bytes() + self.minis.memory_bytes()
+    }
+    fn take_deferred(&mut self) -> Option<DeferredMinis> {
+        self.minis.take_deferred()
     }
 }
 
@@ -366,6 +336,41 @@ mod tests {
         let mut slots_b = Vec::new();
         b.for_each_resident(&mut |o, c, _| slots_b.push((o, c)));
         assert_eq!(slots_a, slots_b);
+    }
+
+    #[test]
+    fn running_the_minis_early_changes_no_decision() {
+        // As the engine does (each batch run right after the access that
+        // handed it over) and as the simulator does (never early).
+        let mut early = Adaptive::new(1000);
+        let mut late = Adaptive::new(1000);
+        let mut ran = 0;
+        for i in 0..200_000u64 {
+            for o in [Some(i), i.checked_sub(300)].into_iter().flatten() {
+                let o = OriginBlock(o);
+                for (a, run_early) in [(&mut early, true), (&mut late, false)] {
+                    if a.lookup(o).is_some() {
+                        a.touch(o, Access::Read, Time(0));
+                    } else {
+                        a.insert(o, Time(0));
+                    }
+                    if i % 7 == 0 {
+                        a.remove(OriginBlock(i / 2));
+                    }
+                    if run_early {
+                        if let Some(work) = a.take_deferred() {
+                            ran += 1;
+                            work.run();
+                        }
+                        assert!(a.take_deferred().is_none(), "handed over once");
+                    }
+                }
+                assert_eq!(early.candidate(), late.candidate(), "block {}", o.0);
+                assert_eq!(early.lookup(o), late.lookup(o));
+            }
+        }
+        assert!(ran > 1000 && early.changes() >= 1, "{ran} batches");
+        assert_eq!(early.changes(), late.changes());
     }
 
     #[test]

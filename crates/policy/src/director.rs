@@ -605,6 +605,14 @@ impl Director {
         &*self.replacement
     }
 
+    /// The policy's work put off since the last call, for the caller to
+    /// run after releasing its lock on the director
+    /// ([`Replacement::take_deferred`]). Whether and when it runs changes
+    /// no decision, so the simulator never calls this.
+    pub fn take_deferred(&mut self) -> Option<crate::DeferredMinis> {
+        self.replacement.take_deferred()
+    }
+
     /// For restoring saved state without per-volume gauges (tests,
     /// experiments); a cache start uses [`Director::restore`].
     pub fn replacement_mut(&mut self) -> &mut dyn Replacement {

@@ -28,6 +28,7 @@ pub mod director;
 pub mod fifo;
 pub mod ghost;
 pub mod lru;
+pub mod minis;
 pub mod s3fifo;
 pub mod sequential;
 pub mod sharing;
@@ -46,6 +47,7 @@ pub use director::{Before, BlockPlan, Counters, Director, DirectorConfig, IoPlan
 pub use fifo::Fifo;
 pub use ghost::CompactGhost;
 pub use lru::Lru;
+pub use minis::DeferredMinis;
 pub use s3fifo::S3Fifo;
 pub use sequential::SequentialDetector;
 pub use sharing::VolumeLimits;
@@ -160,6 +162,14 @@ pub trait Replacement: Send {
 
     /// Bytes of RAM the policy uses, for reporting bytes per cache block.
     fn memory_bytes(&self) -> usize;
+
+    /// Work the policy has put off so that its caller can do it after
+    /// releasing the lock it holds the policy under (the adaptive policy's
+    /// mini-caches: `minis.rs`). Running it or not, and when, changes no
+    /// decision: work not taken runs inline when it is next needed.
+    fn take_deferred(&mut self) -> Option<DeferredMinis> {
+        None
+    }
 }
 
 /// Everything needed to build a policy stack.
