@@ -40,19 +40,19 @@ case "$target" in /*) ;; *) target="$repo/$target" ;; esac
 export VMLAB_TIERCACHE="$target/release/tiercache"
 envs=()
 for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
+bins=()
+case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
 if [ "$pool" = 1 ]; then
   out="${ANCHORS_OUT:-$target/vmlab/anchors-pool}"
   # shellcheck disable=SC2054 # (commas inside one --disk argument)
   ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
-    --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M "${envs[@]}" vmlab/guest/pool-bench.sh
+    --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M "${envs[@]}" "${bins[@]}" vmlab/guest/pool-bench.sh
   echo
   cat "$out/results/pool-bench.md"
   exit 0
 fi
 out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 # shellcheck disable=SC2054 # (commas inside one --disk argument)
-bins=()
-case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
 # More host binaries for the guest's PATH (e.g. a build before a change,
 # named tiercache-before, for BENCH_TC_BIN).
 if [ -n "${ANCHORS_BIN:-}" ]; then
