@@ -7,7 +7,8 @@
 //! SCENARIO [IOS]` (prints nanoseconds per IO, a noisy figure on a shared
 //! machine; `HIT_PATH_THREADS=N` shares the IOs among N threads on the
 //! one volume, as a front end's connections or queues do, and gives
-//! their wall time per IO: how far the hit path scales past its locks). The repeatable figure is instructions per IO: `cargo bench -p
+//! their wall time per IO: how far the hit path scales past its locks).
+//! The repeatable figure is instructions per IO: `cargo bench -p
 //! tiercache-engine --bench hit_path -- callgrind [IOS]` runs every
 //! scenario under valgrind's callgrind, counting only inside [`measured`]
 //! (`--toggle-collect`), so the set-up and the warm-up are not counted

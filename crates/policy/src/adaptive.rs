@@ -39,8 +39,8 @@
 //!   mini capacity)` sampled accesses) the live cache moves **one step**
 //!   along the axis towards the mini with the fewest windowed misses (ties
 //!   keep the live candidate), then every mini's count is multiplied by
-//!   [`WINDOW_DECAY`](crate::minis::WINDOW_DECAY) (an exponential window over the recent past, so a
-//!   change of workload is followed). One step, not a jump: a change is
+//!   [`WINDOW_DECAY`](crate::minis::WINDOW_DECAY) (an exponential window
+//!   over the recent past, so a change of workload is followed). One step, not a jump: a change is
 //!   not free for the live cache (a larger share is made by evicting from
 //!   main, a smaller one by evicting from small), and on a noisy estimate
 //!   jumping between far candidates cost more than it won (measured on the
