@@ -57,7 +57,7 @@ declare -A PATTERN=([a]=0xa1a1a1a1 [b]=0xb2b2b2b2 [c]=0xc3c3c3c3 [d]=0xd4d4d4d4)
 declare -A DEV
 
 start_server() {
-  LOG_MARK=$(($(wc -l <"$LOG" 2>/dev/null || echo 0) + 1)) # where this server's lines start
+  LOG_MARK=$(($( ([ -f "$LOG" ] && wc -l <"$LOG") || echo 0) + 1)) # where this server's lines start
   echo "=== tiercache serve $* ($(date +%T))" >>"$LOG"
   tiercache serve --cache "$SSD" --volume "a=$V1" --volume "b=$V2" --volume "c=$VC" \
     --mode writeback --admission always --sequential-cutoff 0 --writeback-target 0.9 \
