@@ -398,6 +398,11 @@ impl BlockDevice for FileDevice {
         Some(self.file.as_raw_fd())
     }
 
+    /// The same fd: the file is always open for reading and writing.
+    fn raw_write_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.raw_read_fd()
+    }
+
     fn alignment(&self) -> u64 {
         self.alignment
     }

@@ -87,6 +87,14 @@ pub trait BlockDevice: Send + Sync {
     fn raw_read_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+
+    /// As [`BlockDevice::raw_read_fd`], for writes: a write of `len` bytes
+    /// at `offset` of this fd, from a buffer aligned to `alignment()`,
+    /// must do what `write_at(offset)` would. None (the default) for
+    /// anything else, wrappers included.
+    fn raw_write_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// Checks a request against a device's size and alignment, as every
@@ -139,5 +147,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn raw_read_fd(&self) -> Option<std::os::fd::RawFd> {
         (**self).raw_read_fd()
+    }
+    fn raw_write_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).raw_write_fd()
     }
 }

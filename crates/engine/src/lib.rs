@@ -14,8 +14,9 @@
 
 //!
 //! The engine's files, one idea each: [`EngineConfig`] (`config.rs`);
-//! a backing volume and where an IO on it falls (`volume.rs`); reads (`read.rs`) and hits read by
-//! the front end itself (`cached_read.rs`); writes and trims (`write.rs`);
+//! a backing volume and where an IO on it falls (`volume.rs`); reads (`read.rs`), and hits and
+//! misses served by the front end itself (`cached_read.rs`,
+//! `uncached_read.rs`); writes and trims (`write.rs`);
 //! flushes (`flush.rs`); the pool's volumes and their handles (`pool.rs`); slot fills (`fill.rs`); writeback (`writeback.rs`)
 //! and the background [`Cleaner`] (`cleaner.rs`); device errors
 //! (`failure.rs`); the thread's buffer for whole blocks read by promotions
@@ -43,6 +44,7 @@ mod scratch;
 mod slot_state;
 mod stats;
 mod trace_ring;
+mod uncached_read;
 mod verify;
 mod volume;
 mod write;
@@ -59,6 +61,7 @@ pub use recorder::{
 };
 pub use stats::{EngineStats, SharingStats, VolumeStats};
 pub use tiercache_policy::VolumeLimits;
+pub use uncached_read::UncachedRead;
 pub use verify::{RestoreCheck, RestoreVerifier};
 
 use director_lock::DirectorLock;

@@ -61,6 +61,17 @@ impl VolumeHandle {
         Some(range)
     }
 
+    /// A read miss within one cache block that the caller serves itself
+    /// (`uncached_read.rs`): None, having changed nothing, when it cannot
+    /// be served so; then call [`VolumeHandle::read`].
+    pub fn begin_uncached_read(&self, offset: u64, len: u64) -> Option<crate::UncachedRead<'_>> {
+        let read = self
+            .engine
+            .begin_uncached_read_in(self.volume.clone(), offset, len)?;
+        self.note(TracedOp::Read, offset, len);
+        Some(read)
+    }
+
     /// As [`Engine::read`], on this volume.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.note(TracedOp::Read, offset, buf.len() as u64);

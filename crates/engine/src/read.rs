@@ -20,7 +20,7 @@ pub(crate) const INLINE_BLOCKS: usize = 4;
 
 /// What to do with one block of a read, once planned.
 #[derive(Clone, Copy, Debug)]
-enum ReadStep {
+pub(crate) enum ReadStep {
     /// Copy from this pinned slot.
     Cache(CacheBlock),
     /// Read the backing device.
@@ -114,6 +114,24 @@ impl Engine {
         Some(slots)
     }
 
+    /// The step for one block of a read as the director planned it
+    /// ([`Director::plan_io`]'s callback, under the director): a hit's
+    /// slot pinned (the backing device if it is not ready), a promotion's
+    /// slot handed to the filler.
+    pub(crate) fn read_step(&self, plan: BlockPlan) -> ReadStep {
+        let BlockPlan::Read(plan) = plan else {
+            unreachable!("a read planned as a write")
+        };
+        match plan {
+            ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
+            ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
+            ReadPlan::Promote(ins) => {
+                self.slot_dropped(ins.evicted, ins.cblock);
+                ReadStep::Promote(ins.cblock, self.slots.mark_filling(ins.cblock))
+            }
+        }
+    }
+
     /// Counts a read planned by [`Engine::plan_ready_hits`] (its bytes as
     /// read; as hit bytes once read).
     pub(crate) fn count_ready_hits(&self, vol: &Volume, len: u64, now: Time) {
@@ -154,19 +172,7 @@ impl Engine {
             d.plan_io(
                 &vol.request(offset, len, Access::Read),
                 now,
-                |_, _, plan| {
-                    let BlockPlan::Read(plan) = plan else {
-                        unreachable!("a read planned as a write")
-                    };
-                    steps.push(match plan {
-                        ReadPlan::Hit(c) if self.slots.try_pin(c) => ReadStep::Cache(c),
-                        ReadPlan::Hit(_) | ReadPlan::Miss => ReadStep::Backing,
-                        ReadPlan::Promote(ins) => {
-                            self.slot_dropped(ins.evicted, ins.cblock);
-                            ReadStep::Promote(ins.cblock, self.slots.mark_filling(ins.cblock))
-                        }
-                    });
-                },
+                |_, _, plan| steps.push(self.read_step(plan)),
             );
         }
 

@@ -13,7 +13,10 @@
 //!   waits for the pins to drain (readers of the block evicted from the
 //!   slot), writes the data, and marks the slot ready under the director only
 //!   if the generation is still its own and the slot still holds its block.
-//!   A filler holds at most one fill lock at a time.
+//!   A filler holds at most one fill lock at a time. A filler that must not
+//!   wait (a front end's thread that serves many requests,
+//!   `uncached_read.rs`) only tries the lock and the pins, and gives the
+//!   promotion up if either is taken.
 //!
 //! Readers that find a slot not ready read the backing device instead.
 //!
@@ -120,6 +123,16 @@ impl SlotStates {
             }
         }
         Some(guard)
+    }
+
+    /// [`SlotStates::begin_fill`] for a caller that must not wait (a
+    /// front end's request thread): None, holding nothing, when the
+    /// ticket is stale, another fill holds the lock, or a reader still
+    /// has `c` pinned.
+    pub fn try_begin_fill(&self, c: CacheBlock, ticket: FillTicket) -> Option<MutexGuard<'_, ()>> {
+        let guard = self.fill[c.index() % FILL_STRIPES].try_lock()?;
+        let unpinned = self.state[c.index()].load(Ordering::Acquire) & PIN_MASK == 0;
+        (self.is_current(c, ticket) && unpinned).then_some(guard)
     }
 
     /// Number of slots.
