@@ -3,8 +3,8 @@
 
 use std::io;
 use std::sync::Arc;
-use tiercache_engine::VolumeHandle;
-use tiercache_frontend::{BlockSizes, DirectRead, Export};
+use tiercache_engine::{UncachedRead, VolumeHandle};
+use tiercache_frontend::{BlockSizes, DirectMiss, DirectRead, Export, FileRange, MissOps};
 
 /// Serves one volume of the engine's pool (over NBD or ublk). Flush and
 /// FUA reach the shared cache device and this volume's backing device, so
@@ -12,6 +12,24 @@ use tiercache_frontend::{BlockSizes, DirectRead, Export};
 pub struct VolumeExport {
     pub volume: VolumeHandle,
     pub rotational: bool,
+}
+
+/// The engine's miss served by the front end, as the front-end contract
+/// has it.
+struct Uncached<'a>(UncachedRead<'a>);
+
+impl MissOps for Uncached<'_> {
+    fn begin_fill(&mut self) -> bool {
+        self.0.begin_fill()
+    }
+    fn finish(
+        self: Box<Self>,
+        read: io::Result<()>,
+        fill: Option<io::Result<()>>,
+        scratch: &[u8],
+    ) -> io::Result<()> {
+        self.0.finish(read, fill, scratch)
+    }
 }
 
 impl Export for VolumeExport {
@@ -32,6 +50,16 @@ impl Export for VolumeExport {
         let range = self.volume.begin_cached_read(offset, u64::from(len))?;
         let (fd, pieces) = (range.fd, range.pieces.clone());
         Some(DirectRead::new(fd, pieces, move |r| range.finish(r)))
+    }
+    fn begin_direct_miss(&self, offset: u64, len: u32) -> Option<DirectMiss<'_>> {
+        let read = self.volume.begin_uncached_read(offset, u64::from(len))?;
+        let range = |(fd, offset, len)| FileRange { fd, offset, len };
+        Some(DirectMiss::new(
+            range(read.source),
+            read.data_at,
+            read.fill.map(range),
+            Uncached(read),
+        ))
     }
     fn read_if_quick(&self, offset: u64, buf: &mut [u8]) -> Option<io::Result<()>> {
         self.volume

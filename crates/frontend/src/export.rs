@@ -2,6 +2,7 @@
 //! a front end may take on the threads that serve many requests.
 
 use crate::limits::BlockSizes;
+use crate::DirectMiss;
 use std::io;
 
 /// A block device served by a front end (NBD or ublk).
@@ -52,6 +53,17 @@ pub trait Export: Send + Sync {
     /// `read_if_quick` or `read`. The buffer the pieces are read into must
     /// be aligned to 4096 bytes (the file may be open with O_DIRECT).
     fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {
+        let _ = (offset, len);
+        None
+    }
+
+    /// For a caller that can read and write files asynchronously (ublk's
+    /// queues, through io_uring): a read that is not a quick hit, served
+    /// by the caller from the files [`DirectMiss`] names (the backing
+    /// device's, then the cache's for the promotion), with everything it
+    /// decides already decided and counted as `read` would. None (the
+    /// default): use `read`.
+    fn begin_direct_miss(&self, offset: u64, len: u32) -> Option<DirectMiss<'_>> {
         let _ = (offset, len);
         None
     }

@@ -10,7 +10,8 @@
 //!   in-memory [`MemExport`]), with its block size limits ([`BlockSizes`])
 //!   and the quick read paths a front end may take on its own threads
 //!   ([`Export::read_if_quick`], [`Export::begin_direct_read`] returning a
-//!   [`DirectRead`]);
+//!   [`DirectRead`], [`Export::begin_direct_miss`] returning a
+//!   [`DirectMiss`]);
 //! * [`check_request`]: the one validation of a request's range (inside
 //!   the export, aligned to the minimum block, not longer than the front
 //!   end can carry, zero length) that both front ends call before they
@@ -28,6 +29,7 @@
 //! ublk's opcodes stay in their crates.
 #![warn(missing_docs)]
 
+mod direct_miss;
 mod errno;
 mod export;
 mod idle_workers;
@@ -36,6 +38,7 @@ mod mem;
 mod request;
 mod scheduler;
 
+pub use direct_miss::{DirectMiss, FileRange, MissOps};
 pub use errno::errno;
 pub use export::{DirectRead, Export};
 pub use idle_workers::IdleWorkers;
