@@ -456,6 +456,20 @@ struct TagSlot {
     done: Completion,
 }
 
+/// What a queue thread served, for its log line at exit.
+#[derive(Default)]
+struct Served {
+    requests: std::cell::Cell<u64>,
+    /// Hits read through the queue's io_uring (`direct_read`).
+    ring_hits: std::cell::Cell<u64>,
+    /// Misses read and promoted through it (`direct_miss`).
+    ring_misses: std::cell::Cell<u64>,
+}
+
+fn bump(c: &std::cell::Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
 /// A raw pointer to a tag's buffer, sent to the worker with its request.
 struct BufPtr(*mut u8, usize);
 // SAFETY: the pointer is only dereferenced by the one worker that runs the
@@ -493,7 +507,7 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
     // the buffers are registered (None: plain reads).
     let fixed = register_tag_buffers(&queue, &slots);
     let exe = Rc::new(smol::LocalExecutor::new());
-    let served = Rc::new(std::cell::Cell::new(0u64));
+    let served = Rc::new(Served::default());
     let mut tag_tasks = Vec::new();
     for tag in queue.tags() {
         let (q, slot, shared, notifier, served) = (
@@ -541,7 +555,12 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             log::error!("ublk queue {qid}: {}", describe(&e));
         }
     }));
-    log::info!("ublk queue {qid}: {} requests served", served.get());
+    log::info!(
+        "ublk queue {qid}: {} requests served, {} hits and {} misses of them on the queue's io_uring",
+        served.requests.get(),
+        served.ring_hits.get(),
+        served.ring_misses.get()
+    );
     drop(_drain);
     drop(exe);
     drop(queue);
@@ -598,10 +617,13 @@ async fn serve_tag(
     fixed: Option<u16>,
     shared: &Shared,
     notifier: Arc<Notifier>,
-    served: &std::cell::Cell<u64>,
+    served: &Served,
 ) -> Result<(), UblkError> {
     q.submit_io_prep_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), 0, Some(&slot.buf))
         .await?;
+    // Where this tag's misses are read to and filled from (`direct_miss`),
+    // made at the first one.
+    let mut scratch: Option<IoBuf<u8>> = None;
     loop {
         let iod = q.get_iod(tag);
         shared.gate.busy.fetch_add(1, Ordering::SeqCst);
@@ -620,6 +642,7 @@ async fn serve_tag(
                     if let Some(result) =
                         direct_read(&*shared.export, offset, len, &slot.buf, fixed).await
                     {
+                        bump(&served.ring_hits);
                         break 'result result;
                     }
                 }
@@ -639,6 +662,16 @@ async fn serve_tag(
                 });
                 if let Some(result) = quick {
                     break 'result result;
+                }
+                // A miss on files: read and promote through this queue's
+                // io_uring too, no worker round trip.
+                if let Request::Read { offset, len } = req {
+                    if let Some(result) =
+                        direct_miss(&*shared.export, offset, len, &slot.buf, &mut scratch).await
+                    {
+                        bump(&served.ring_misses);
+                        break 'result result;
+                    }
                 }
                 let (job_slot, export, notifier) =
                     (slot.clone(), shared.export.clone(), notifier.clone());
@@ -669,7 +702,7 @@ async fn serve_tag(
             }
         };
         shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
-        served.set(served.get() + 1);
+        bump(&served.requests);
         if result < 0 {
             log::debug!(
                 "ublk queue {} tag {tag}: op_flags {:#x} sector {} sectors {} failed: {}",
@@ -762,6 +795,107 @@ async fn direct_read(
             log::debug!("ublk: direct read at {offset} failed ({e}); reading it again");
             None
         }
+    }
+}
+
+/// Serves a read miss through the queue's io_uring
+/// ([`Export::begin_direct_miss`]): the backing file read into the tag's
+/// `scratch` buffer, the request's bytes copied to the tag's buffer, then
+/// the promotion written from `scratch` to the cache file. Some(result to
+/// commit) if it did; None if the read must go another way (the export
+/// cannot serve it so, or the backing read failed: the export then reads
+/// it again itself).
+async fn direct_miss(
+    export: &dyn Export,
+    offset: u64,
+    len: u32,
+    buf: &IoBuf<u8>,
+    scratch: &mut Option<IoBuf<u8>>,
+) -> Option<i32> {
+    let req = Request::Read { offset, len };
+    let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
+        return None;
+    };
+    let mut miss = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        export.begin_direct_miss(offset, len)
+    }))
+    .unwrap_or_else(|_| {
+        log::error!("ublk: the export panicked planning a miss at {offset}");
+        None
+    })?;
+    let need = miss.scratch_len();
+    if miss.data_at + len as usize > miss.source.len {
+        let bad = std::io::Error::other("the request's bytes beyond the source");
+        let _ = miss.finish(Err(bad), None, &[]);
+        return None;
+    }
+    if !scratch.as_ref().is_some_and(|s| s.len() >= need) {
+        *scratch = Some(IoBuf::new(need));
+    }
+    let scratch = scratch.as_ref().expect("made above");
+    let src = miss.source;
+    // SAFETY: `src.len <= need <= scratch.len()`, so the kernel writes
+    // inside the scratch buffer, which this tag's task owns (nothing else
+    // reads or writes it). The task is never dropped with an IO in flight:
+    // `serve_queue` runs the executor until every tag task has finished,
+    // as for the tag buffers.
+    let sqe = opcode::Read::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32)
+        .offset(src.offset)
+        .build();
+    let read = uring_result(
+        ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
+        src.len,
+    );
+    if read.is_err() {
+        if let Err(e) = miss.finish(read, None, &[]) {
+            log::debug!("ublk: direct miss at {offset} failed ({e}); reading it again");
+        }
+        return None;
+    }
+    // SAFETY: `data_at + len <= src.len <= scratch.len()` (checked above)
+    // and `len <= buf.len()` (`check`); the tag's buffer is ours until the
+    // commit (see the worker's comment in `serve_tag`); the two buffers
+    // are distinct allocations.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            scratch.as_ptr().add(miss.data_at),
+            buf.as_mut_ptr(),
+            len as usize,
+        );
+    }
+    let fill_range = miss.fill;
+    let fill = match fill_range {
+        Some(f) if f.len <= need && miss.begin_fill() => {
+            // SAFETY: the kernel reads `f.len <= scratch.len()` bytes of
+            // the scratch buffer, which nothing writes meanwhile.
+            let sqe = opcode::Write::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32)
+                .offset(f.offset)
+                .build();
+            Some(uring_result(
+                ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
+                f.len,
+            ))
+        }
+        _ => None,
+    };
+    // SAFETY: every IO into the scratch buffer has completed.
+    let bytes = unsafe { std::slice::from_raw_parts(scratch.as_ptr(), need) };
+    match miss.finish(Ok(()), fill, bytes) {
+        Ok(()) => Some(len as i32),
+        Err(e) => {
+            log::debug!("ublk: direct miss at {offset} failed ({e}); reading it again");
+            None
+        }
+    }
+}
+
+/// An io_uring IO's outcome: Ok if it moved exactly `n` bytes.
+fn uring_result(r: Result<i32, UblkError>, n: usize) -> std::io::Result<()> {
+    match r {
+        Ok(r) if r >= 0 && r as usize == n => Ok(()),
+        Ok(r) if r < 0 => Err(std::io::Error::from_raw_os_error(-r)),
+        Ok(r) => Err(std::io::Error::other(format!("short IO: {r} of {n} bytes"))),
+        Err(e) => Err(std::io::Error::other(describe(&e))),
     }
 }
 
