@@ -42,6 +42,14 @@ envs=()
 for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
 bins=()
 case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
+# More host binaries for the guest's PATH (e.g. a build before a change,
+# named tiercache-before, for BENCH_TC_BIN, or the pool
+# bench's NAME-before set-ups).
+if [ -n "${ANCHORS_BIN:-}" ]; then
+  # (Any --bin replaces run.sh's default of tiercache alone.)
+  [ ${#bins[@]} -eq 0 ] && bins=(--bin "$VMLAB_TIERCACHE")
+  for b in $ANCHORS_BIN; do bins+=(--bin "$b"); done
+fi
 if [ "$pool" = 1 ]; then
   out="${ANCHORS_OUT:-$target/vmlab/anchors-pool}"
   # shellcheck disable=SC2054 # (commas inside one --disk argument)
@@ -53,13 +61,6 @@ if [ "$pool" = 1 ]; then
 fi
 out="${ANCHORS_OUT:-$target/vmlab/anchors}"
 # shellcheck disable=SC2054 # (commas inside one --disk argument)
-# More host binaries for the guest's PATH (e.g. a build before a change,
-# named tiercache-before, for BENCH_TC_BIN).
-if [ -n "${ANCHORS_BIN:-}" ]; then
-  # (Any --bin replaces run.sh's default of tiercache alone.)
-  [ ${#bins[@]} -eq 0 ] && bins=(--bin "$VMLAB_TIERCACHE")
-  for b in $ANCHORS_BIN; do bins+=(--bin "$b"); done
-fi
 ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
   "${envs[@]}" "${bins[@]}" vmlab/guest/anchors-bench.sh
 "$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"

@@ -11,7 +11,11 @@
 #   tiercache-4k  the same with 4 KiB cache blocks (--block-size 4k), the
 #              granularity at which bcache caches these 4k reads;
 #   tiercache-q2  the defaults with two ublk queues per device (not run
-#              unless named in BENCH_CONFIGS).
+#              unless named in BENCH_CONFIGS);
+#   NAME-before   any tiercache set-up above served by the binary
+#              `tiercache-before` (a build before a change, copied into the
+#              guest with ANCHORS_BIN=/path/to/tiercache-before on the
+#              host), for an A/B of two builds in one boot.
 # Disks: h1..hN (N >= 4; the HDDs, throttled by qemu iops=), ssd (cache).
 # The load, on raw devices (O_DIRECT, libaio): every volume but the last a
 # hot Zipf reader (4k random reads, iodepth 8; zipf:1.2, the second 1.1,
@@ -106,12 +110,13 @@ bcache_teardown() {
 
 # --- tiercache: one pool over ublk ---------------------------------------------
 TC_CONTROL=/run/tiercache/pool-bench.ctl
+TC_BIN=tiercache # the server's binary (run_config: tiercache-before for NAME-before)
 # tiercache_setup [serve options...]
 tiercache_setup() {
   wipe "$SSD" "${HDDS[@]}"
   local volumes=() i
   for i in "${!HDDS[@]}"; do volumes+=(--volume "v$((i + 1))=${HDDS[$i]}"); done
-  tiercache serve --cache "$SSD" "${volumes[@]}" --create --control "$TC_CONTROL" --ublk "$@" \
+  "$TC_BIN" serve --cache "$SSD" "${volumes[@]}" --create --control "$TC_CONTROL" --ublk "$@" \
     >>"$OUT/tiercache.log" 2>&1 &
   TC_PID=$!
   wait_for_path "$TC_CONTROL" 120
@@ -157,8 +162,13 @@ cpu_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/st
 
 # run_config NAME ROUND: one row.
 run_config() {
-  local name=$1 round=$2 kind=$1 options=()
-  case "$name" in
+  local name=$1 round=$2 kind=$1 options=() base=${1%-before}
+  TC_BIN=tiercache
+  if [ "$base" != "$name" ]; then
+    command -v tiercache-before >/dev/null || fail "$name needs tiercache-before in the guest (ANCHORS_BIN)"
+    TC_BIN=tiercache-before kind=$base
+  fi
+  case "$base" in
     bcache | tiercache) ;;
     tiercache-4k) kind=tiercache options=(--block-size 4k) ;;
     tiercache-q2) kind=tiercache options=(--ublk-queues 2) ;;

@@ -102,10 +102,12 @@ impl UncachedRead<'_> {
             ReadStep::Backing => {}
             ReadStep::Promote(c, ticket) => {
                 let crc = match fill {
+                    // (Only a fill written under the lock counts; a
+                    // scratch buffer shorter than the fill gives it up.)
                     Some(Ok(())) if self.fill_guard.is_some() => {
                         let n = self.fill.map_or(0, |f| f.2);
-                        Some(match engine.persist {
-                            Some(_) => crc32c::crc32c(&scratch[..n]),
+                        scratch.get(..n).map(|data| match engine.persist {
+                            Some(_) => crc32c::crc32c(data),
                             None => 0,
                         })
                     }

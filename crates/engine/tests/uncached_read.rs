@@ -272,3 +272,73 @@ fn what_it_cannot_serve_changes_nothing() {
         "no backing fd"
     );
 }
+
+#[test]
+fn a_promotion_it_served_is_warm_after_a_crash() {
+    // A persistent engine with 4 KiB blocks over two files: the fill's
+    // claim carries the crc the caller's scratch buffer gave, which the
+    // check after a crash compares with the slot.
+    const BS: u64 = 4096;
+    let dir = tempfile::tempdir().unwrap();
+    let (backing_path, cache_path) = (dir.path().join("backing"), dir.path().join("cache"));
+    let data = pattern(0, (64 * BS) as usize, 21);
+    std::fs::write(&backing_path, &data).unwrap();
+    std::fs::File::create(&cache_path)
+        .unwrap()
+        .set_len((1 << 20) + (6 + 32) * BS)
+        .unwrap();
+    let cfg = config(
+        CacheMode::WriteThrough,
+        ReplacementKind::Lru,
+        AdmissionKind::Always,
+        BS as u32,
+        0,
+    );
+    let clock = Arc::new(ManualClock::new(Time(1)));
+    let open =
+        |path: &std::path::Path| Arc::new(FileDevice::open(path).unwrap()) as Arc<dyn BlockDevice>;
+    let e = Engine::create(
+        open(&backing_path),
+        open(&cache_path),
+        &cfg,
+        clock.clone(),
+        "backing",
+        Some(1 << 20),
+    )
+    .unwrap();
+    let mut read = e.begin_uncached_read(3 * BS, BS).expect("a miss");
+    let (client, scratch, filled) = serve(&mut read, BS as usize);
+    assert!(filled);
+    read.finish(Ok(()), Some(Ok(())), &scratch).unwrap();
+    assert_eq!(client, data[3 * BS as usize..4 * BS as usize]);
+    e.flush().unwrap(); // commits the clean claim
+                        // The crash: the files as they are now, opened by the next engine.
+    let (backing_copy, cache_copy) = (dir.path().join("backing2"), dir.path().join("cache2"));
+    std::fs::copy(&backing_path, &backing_copy).unwrap();
+    std::fs::copy(&cache_path, &cache_copy).unwrap();
+    drop(e);
+    let (e, report) = Engine::open(
+        open(&backing_copy),
+        open(&cache_copy),
+        &tiercache_engine::OpenOptions::default(),
+        clock,
+        "backing",
+    )
+    .unwrap();
+    assert!(!report.was_clean_shutdown);
+    assert_eq!(
+        (report.restored_blocks, report.unverified_clean),
+        (1, 1),
+        "{report:?}"
+    );
+    let mut got = vec![0u8; BS as usize];
+    e.read(3 * BS, &mut got).unwrap();
+    assert_eq!(got, data[3 * BS as usize..4 * BS as usize]);
+    let checked = e.restore_check();
+    assert_eq!(
+        (checked.verified, checked.dropped),
+        (1, 0),
+        "the slot matches its claim's crc"
+    );
+    assert_eq!(e.stats().decisions.read_hits, 1);
+}
