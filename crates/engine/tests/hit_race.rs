@@ -1,7 +1,9 @@
 //! The front ends' hit paths (`read_if_cached`, `begin_cached_read` with
-//! the caller reading the cache file) while other threads promote, evict,
-//! write and clean on a cache of a few blocks: a hit must never serve
-//! another block's data or a torn sector. Every sector carries a tag
+//! the caller reading the cache file) and miss path (`begin_uncached_read`,
+//! the caller reading the backing file and writing the fill) while other
+//! threads promote, evict, write and clean on a cache of a few blocks: a
+//! read must never serve another block's data or a torn sector, nor a fill
+//! put one in the cache. Every sector carries a tag
 //! (sector number, write sequence) that a reader checks.
 
 mod common;
@@ -12,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_device::{BlockDevice, FileDevice, MemDevice};
+use tiercache_device::{AlignedBuf, BlockDevice, FileDevice};
 use tiercache_engine::Engine;
 use tiercache_types::{AdmissionKind, CacheMode, ManualClock, ReplacementKind, Time};
 
@@ -48,8 +50,16 @@ fn check(first: u64, data: &[u8], how: &str) {
     }
 }
 
+/// The file behind `fd`, borrowed (not closed when dropped).
+fn borrowed(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the fd is the engine's open device file, which outlives
+    // every use here; ManuallyDrop never closes it.
+    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 #[test]
-fn hits_never_serve_another_blocks_data_while_the_cache_turns() {
+fn hits_and_misses_never_serve_another_blocks_data_while_the_cache_turns() {
     for mode in [CacheMode::WriteBack, CacheMode::WriteThrough] {
         race(mode);
     }
@@ -60,12 +70,13 @@ fn race(mode: CacheMode) {
     let cache_path = dir.path().join("cache");
     let cache =
         Arc::new(FileDevice::create(&cache_path, CACHE_BLOCKS * BLOCK as u64).expect("cache file"));
-    let backing = Arc::new(MemDevice::new(BLOCKS * BLOCK as u64));
     let mut all = vec![0u8; (BLOCKS * BLOCK as u64) as usize];
     for (s, out) in all.chunks_mut(SECTOR).enumerate() {
         tag(s as u64, 0, out);
     }
-    backing.write_at(&all, 0).unwrap();
+    let backing_path = dir.path().join("backing");
+    std::fs::write(&backing_path, &all).unwrap();
+    let backing = Arc::new(FileDevice::open(&backing_path).expect("backing file"));
     let cfg = config(mode, ReplacementKind::Lru, AdmissionKind::Always, BLOCK, 0);
     let engine = Engine::new(
         backing as Arc<dyn BlockDevice>,
@@ -77,6 +88,7 @@ fn race(mode: CacheMode) {
     let file = std::fs::File::open(&cache_path).unwrap();
     let stop = AtomicBool::new(false);
     let (quick, direct, seq) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(1));
+    let (misses, fills) = (AtomicU64::new(0), AtomicU64::new(0));
     let end = Instant::now() + RUN;
     std::thread::scope(|s| {
         // Hit readers: the quick paths, the full read when they decline.
@@ -118,6 +130,39 @@ fn race(mode: CacheMode) {
                         }
                     }
                     check(first, b, "read");
+                }
+            });
+        }
+        // Misses served by the caller: a range within one block anywhere
+        // on the volume, read from the backing file, the fill written.
+        {
+            let (engine, stop, misses, fills) = (&engine, &stop, &misses, &fills);
+            s.spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+                let per_block = BLOCK as u64 / SECTOR as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let first = rng.gen_range(0..SECTORS);
+                    let n = rng.gen_range(1..=per_block - first % per_block);
+                    let (at, len) = (first * SECTOR as u64, n as usize * SECTOR);
+                    let Some(mut miss) = engine.begin_uncached_read(at, len as u64) else {
+                        continue;
+                    };
+                    let (fd, from, bytes) = miss.source;
+                    let mut scratch = AlignedBuf::new(BLOCK as usize);
+                    borrowed(fd)
+                        .read_exact_at(&mut scratch[..bytes], from)
+                        .unwrap();
+                    let data = scratch[miss.data_at..miss.data_at + len].to_vec();
+                    let mut filled = None;
+                    if let Some((fd, to, bytes)) = miss.fill {
+                        if miss.begin_fill() {
+                            filled = Some(borrowed(fd).write_all_at(&scratch[..bytes], to));
+                            fills.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    miss.finish(Ok(()), filled, &scratch).unwrap();
+                    check(first, &data, "begin_uncached_read");
+                    misses.fetch_add(1, Ordering::Relaxed);
                 }
             });
         }
@@ -165,6 +210,17 @@ fn race(mode: CacheMode) {
         quick > 100 && direct > 100,
         "{mode}: the hit paths ran: {quick} quick hits, {direct} direct hits"
     );
+    let (misses, fills) = (misses.into_inner(), fills.into_inner());
+    assert!(
+        misses > 100 && fills > 50,
+        "{mode}: the miss path ran: {misses} misses, {fills} fills"
+    );
+    // Whatever the fills left in the cache is each block's own.
+    for b in 0..BLOCKS {
+        let mut buf = vec![0u8; BLOCK as usize];
+        engine.read(b * BLOCK as u64, &mut buf).unwrap();
+        check(b * (BLOCK as u64 / SECTOR as u64), &buf, "read after");
+    }
     let st = engine.stats().decisions;
     assert!(
         st.promotions > 100 && st.demotions > 100,
