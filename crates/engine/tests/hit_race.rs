@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::config;
+use common::{borrowed_file, config};
 use rand::{Rng, SeedableRng};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,14 +48,6 @@ fn check(first: u64, data: &[u8], how: &str) {
         tag(sector, seq, &mut want);
         assert!(s == want, "{how}: sector {sector} is torn (seq {seq})");
     }
-}
-
-/// The file behind `fd`, borrowed (not closed when dropped).
-fn borrowed(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: the fd is the engine's open device file, which outlives
-    // every use here; ManuallyDrop never closes it.
-    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 #[test]
@@ -149,14 +141,14 @@ fn race(mode: CacheMode) {
                     };
                     let (fd, from, bytes) = miss.source;
                     let mut scratch = AlignedBuf::new(BLOCK as usize);
-                    borrowed(fd)
+                    borrowed_file(fd)
                         .read_exact_at(&mut scratch[..bytes], from)
                         .unwrap();
                     let data = scratch[miss.data_at..miss.data_at + len].to_vec();
                     let mut filled = None;
                     if let Some((fd, to, bytes)) = miss.fill {
                         if miss.begin_fill() {
-                            filled = Some(borrowed(fd).write_all_at(&scratch[..bytes], to));
+                            filled = Some(borrowed_file(fd).write_all_at(&scratch[..bytes], to));
                             fills.fetch_add(1, Ordering::Relaxed);
                         }
                     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{config, pattern};
+use common::{borrowed_file, config, pattern};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,14 +53,6 @@ fn rig(mode: CacheMode, replacement: ReplacementKind) -> Rig {
     }
 }
 
-/// The file behind `fd`, borrowed (not closed when dropped).
-fn file(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: the fd is the engine's open device file, which outlives
-    // every use here; ManuallyDrop never closes it.
-    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
-}
-
 /// Does the caller's IO as the contract says, through the fds it gives:
 /// the source into a scratch buffer, the client's bytes out of it, the
 /// fill if it may begin. Returns the client's bytes, the scratch buffer
@@ -69,12 +61,14 @@ fn serve(read: &mut UncachedRead<'_>, len: usize) -> (Vec<u8>, AlignedBuf, bool)
     let (fd, at, n) = read.source;
     // Aligned: the device files may be open with O_DIRECT.
     let mut scratch = AlignedBuf::new(n.max(read.fill.map_or(0, |f| f.2)));
-    file(fd).read_exact_at(&mut scratch[..n], at).unwrap();
+    borrowed_file(fd)
+        .read_exact_at(&mut scratch[..n], at)
+        .unwrap();
     let client = scratch[read.data_at..read.data_at + len].to_vec();
     let mut filled = false;
     if let Some((fd, at, n)) = read.fill {
         if read.begin_fill() {
-            file(fd).write_all_at(&scratch[..n], at).unwrap();
+            borrowed_file(fd).write_all_at(&scratch[..n], at).unwrap();
             filled = true;
         }
     }

@@ -771,22 +771,12 @@ async fn direct_read(
                 .offset(file_offset)
                 .build(),
         };
-        match ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await {
-            Ok(r) if r >= 0 && r as usize == n => {}
-            Ok(r) if r < 0 => {
-                outcome = Err(std::io::Error::from_raw_os_error(-r));
-                break;
-            }
-            Ok(r) => {
-                outcome = Err(std::io::Error::other(format!(
-                    "short read: {r} of {n} bytes"
-                )));
-                break;
-            }
-            Err(e) => {
-                outcome = Err(std::io::Error::other(describe(&e)));
-                break;
-            }
+        outcome = uring_result(
+            ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
+            n,
+        );
+        if outcome.is_err() {
+            break;
         }
     }
     match read.finish(outcome) {

@@ -80,3 +80,12 @@ pub fn all_stacks() -> Vec<(CacheMode, ReplacementKind, AdmissionKind)> {
     }
     v
 }
+
+/// The file behind a device's fd (`raw_read_fd`, `raw_write_fd`),
+/// borrowed: not closed when dropped.
+pub fn borrowed_file(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the fd is an engine's open device file, which outlives every
+    // use in the tests; ManuallyDrop never closes it.
+    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
+}
