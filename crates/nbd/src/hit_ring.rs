@@ -1,8 +1,9 @@
 //! [`HitRing`]: a connection's io_uring for the reads its reader thread
-//! does itself (cache hits on a file, [`Export::begin_direct_read`]), so
-//! that one connection keeps as many reads on the fast device as its
-//! client has requests in flight, instead of one blocking `pread` at a
-//! time.
+//! does itself (cache hits on a file, [`Export::begin_direct_read`]; and
+//! misses on files, [`Export::begin_direct_miss`]: the source read, then
+//! the fill written from the same buffer), so that one connection keeps
+//! as many reads on the devices as its client has requests in flight,
+//! instead of one blocking `pread` at a time, and a miss needs no worker.
 //!
 //! The reader thread owns the ring and is its only user: it begins a hit
 //! ([`HitRing::start`], which queues the reads), submits them in batches
@@ -12,18 +13,19 @@
 //! so that one `io_uring_enter` waits for both. The poll's firing says
 //! "look", not "readable": the reader then reads the socket without
 //! waiting and waits again if it finds nothing ([`HitRing::reap`]). A
-//! [`DirectRead`] holds the
+//! [`DirectRead`] (and a [`DirectMiss`]) holds the
 //! export's locks and pins, which belong to the thread that took them; it
 //! never leaves the reader thread. Dropping the ring waits for every read
 //! still in flight: the kernel writes into buffers the ring owns.
 //!
 //! [`Export::begin_direct_read`]: tiercache_frontend::Export::begin_direct_read
+//! [`Export::begin_direct_miss`]: tiercache_frontend::Export::begin_direct_miss
 
 use crate::fixed_bufs::FixedBufs;
 use io_uring::{opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
-use tiercache_frontend::DirectRead;
+use tiercache_frontend::{DirectMiss, DirectRead};
 
 /// Submission queue entries; a hit uses one per piece.
 const ENTRIES: u32 = 256;
@@ -43,11 +45,20 @@ struct InFlight<'a> {
     /// `buf`'s index among the ring's registered buffers, if it is one.
     fixed: Option<u16>,
     start: usize,
-    read: DirectRead<'a>,
+    op: Op<'a>,
     /// Pieces not yet completed.
     pending: usize,
     /// The first failure of a piece (an errno, or a short read).
     error: Option<io::Error>,
+}
+
+/// What a slot of the ring is doing.
+enum Op<'a> {
+    /// A hit: its pieces read from the cache file into the buffer.
+    Hit(DirectRead<'a>),
+    /// A miss ([`HitRing::start_miss`]): the source read into the buffer
+    /// from `start`, then the fill written from there if `filling`.
+    Miss { miss: DirectMiss<'a>, filling: bool },
 }
 
 /// A hit whose reads have all completed and whose [`DirectRead`] is
@@ -174,13 +185,7 @@ impl<'a> HitRing<'a> {
             .iter()
             .any(|&(_, at, n)| at.checked_add(n).map_or(true, |end| end > len));
         let pieces = if bad { 0 } else { read.pieces.len() };
-        let slot = match self.free.pop() {
-            Some(s) => s,
-            None => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
-        };
+        let slot = self.take_slot();
         let fd = read.fd;
         let data = buf[start..].as_mut_ptr();
         self.slots[slot] = Some(InFlight {
@@ -190,7 +195,7 @@ impl<'a> HitRing<'a> {
             buf,
             fixed,
             start,
-            read,
+            op: Op::Hit(read),
             pending: pieces,
             error: bad.then(|| io::Error::other("the export gave a piece beyond the request")),
         });
@@ -201,7 +206,13 @@ impl<'a> HitRing<'a> {
             return unused;
         }
         for i in 0..pieces {
-            let (file_offset, at, n) = self.slots[slot].as_ref().unwrap().read.pieces[i];
+            let Some(InFlight {
+                op: Op::Hit(read), ..
+            }) = &self.slots[slot]
+            else {
+                unreachable!("a hit was just put in the slot")
+            };
+            let (file_offset, at, n) = read.pieces[i];
             // SAFETY: `at + n <= len` (checked above), and the buffer holds
             // `start + len` bytes, so the kernel writes inside it. The
             // buffer lives in `slots[slot]` (its heap block does not move
@@ -222,6 +233,73 @@ impl<'a> HitRing<'a> {
             self.queue(sqe.user_data(((slot as u64) << 32) | n as u64));
         }
         unused
+    }
+
+    /// Starts serving miss `miss` of request `handle` (`len` bytes at
+    /// `offset`) in `buf` (a spare buffer, grown to hold the miss's
+    /// scratch bytes at an [`ALIGN`]ed start): the source read is queued;
+    /// once it completes, `reap` queues the fill's write from the same
+    /// bytes if the miss may fill, and finishes the miss when that is
+    /// done. The reply's data is the request's bytes within the source,
+    /// so nothing is copied. A miss whose request lies outside its source
+    /// ends at once, failed.
+    pub(crate) fn start_miss(
+        &mut self,
+        handle: u64,
+        offset: u64,
+        len: usize,
+        mut buf: Vec<u8>,
+        miss: DirectMiss<'a>,
+    ) {
+        let need = miss.scratch_len();
+        if buf.len() < need + ALIGN {
+            buf.resize(need + ALIGN, 0);
+        }
+        let start = buf.as_ptr().align_offset(ALIGN);
+        let src = miss.source;
+        let bad = miss
+            .data_at
+            .checked_add(len)
+            .map_or(true, |end| end > src.len);
+        let slot = self.take_slot();
+        let data = buf[start..].as_mut_ptr();
+        self.slots[slot] = Some(InFlight {
+            handle,
+            offset,
+            len,
+            buf,
+            fixed: None,
+            start,
+            op: Op::Miss {
+                miss,
+                filling: false,
+            },
+            pending: 1,
+            error: bad.then(|| io::Error::other("the export gave a request beyond its source")),
+        });
+        if bad {
+            self.queue(opcode::Nop::new().build().user_data((slot as u64) << 32));
+            return;
+        }
+        // SAFETY: the buffer holds `start + need` bytes and `src.len <=
+        // need`, so the kernel writes inside it; it lives in `slots[slot]`
+        // until the completion is reaped, nobody else touches it, and
+        // `Drop` waits for every IO in flight.
+        let sqe = opcode::Read::new(types::Fd(src.fd), data, src.len as u32)
+            .offset(src.offset)
+            .build();
+        self.queue(sqe.user_data(((slot as u64) << 32) | src.len as u64));
+    }
+
+    /// A free slot for an IO in flight.
+    fn take_slot(&mut self) -> usize {
+        match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        }
     }
 
     /// Puts `sqe` on the submission queue, submitting first if it is full.
@@ -319,20 +397,59 @@ impl<'a> HitRing<'a> {
                 )));
             }
             hit.pending -= 1;
-            if hit.pending == 0 {
-                let hit = self.slots[slot].take().unwrap();
-                self.free.push(slot);
-                let result = hit.read.finish(hit.error.map_or(Ok(()), Err));
-                done.push(Finished {
-                    handle: hit.handle,
-                    offset: hit.offset,
-                    len: hit.len,
-                    buf: hit.buf,
-                    fixed: hit.fixed,
-                    start: hit.start,
-                    result,
-                });
+            if hit.pending > 0 {
+                continue;
             }
+            // A miss whose source read worked fills next, if it may.
+            if let Op::Miss {
+                miss,
+                filling: filling @ false,
+            } = &mut hit.op
+            {
+                if let (None, Some(fill)) = (&hit.error, miss.fill) {
+                    if fill.len <= hit.buf.len() - hit.start && miss.begin_fill() {
+                        *filling = true;
+                        hit.pending = 1;
+                        // SAFETY: `fill.len` bytes from `start` are inside
+                        // the buffer, which stays in its slot, untouched,
+                        // until this write's completion is reaped.
+                        let data = hit.buf[hit.start..].as_ptr();
+                        let sqe = opcode::Write::new(types::Fd(fill.fd), data, fill.len as u32)
+                            .offset(fill.offset)
+                            .build();
+                        self.queue(sqe.user_data(((slot as u64) << 32) | fill.len as u64));
+                        continue;
+                    }
+                }
+            }
+            let hit = self.slots[slot].take().unwrap();
+            self.free.push(slot);
+            let mut start = hit.start;
+            let result = match hit.op {
+                Op::Hit(read) => read.finish(hit.error.map_or(Ok(()), Err)),
+                Op::Miss { miss, filling } => {
+                    start += miss.data_at;
+                    let need = miss.scratch_len().min(hit.buf.len() - hit.start);
+                    let scratch = &hit.buf[hit.start..hit.start + need];
+                    match (filling, hit.error) {
+                        // The fill's outcome; the source read worked.
+                        (true, e) => miss.finish(Ok(()), Some(e.map_or(Ok(()), Err)), scratch),
+                        (false, e) => {
+                            let read = e.map_or(Ok(()), Err);
+                            miss.finish(read, None, scratch)
+                        }
+                    }
+                }
+            };
+            done.push(Finished {
+                handle: hit.handle,
+                offset: hit.offset,
+                len: hit.len,
+                buf: hit.buf,
+                fixed: hit.fixed,
+                start,
+                result,
+            });
         }
         fired
     }
@@ -357,7 +474,11 @@ impl Drop for HitRing<'_> {
                     hit.pending -= 1;
                     if hit.pending == 0 {
                         let hit = self.slots[slot].take().unwrap();
-                        let _ = hit.read.finish(Err(io::Error::other("connection closed")));
+                        let closed = io::Error::other("connection closed");
+                        let _ = match hit.op {
+                            Op::Hit(read) => read.finish(Err(closed)),
+                            Op::Miss { miss, .. } => miss.finish(Err(closed), None, &[]),
+                        };
                     }
                 }
             }
@@ -373,6 +494,124 @@ mod tests {
     use std::io::{BufReader, Read, Write};
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
+
+    /// How a miss was finished: the read's outcome, the fill's (if it
+    /// was written), the scratch bytes.
+    type Finish = (bool, Option<bool>, Vec<u8>);
+
+    /// Records what the ring asks of a miss, and allows its fill or not.
+    #[derive(Default)]
+    struct Calls {
+        may_fill: bool,
+        fill_asked: std::cell::Cell<bool>,
+        finished: std::cell::RefCell<Option<Finish>>,
+    }
+
+    impl tiercache_frontend::MissOps for &Calls {
+        fn begin_fill(&mut self) -> bool {
+            self.fill_asked.set(true);
+            self.may_fill
+        }
+        fn finish(
+            self: Box<Self>,
+            read: io::Result<()>,
+            fill: Option<io::Result<()>>,
+            scratch: &[u8],
+        ) -> io::Result<()> {
+            let ok = read.is_ok();
+            *self.finished.borrow_mut() = Some((ok, fill.map(|f| f.is_ok()), scratch.to_vec()));
+            read
+        }
+    }
+
+    /// A miss is read from its source, answered from where the request's
+    /// bytes are in it (no copy), and its fill written from the same bytes
+    /// only if the export allows it; a failed source read is answered Err
+    /// (read the normal way) and fills nothing.
+    #[test]
+    fn a_miss_is_read_then_filled_then_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let backing: Vec<u8> = (0..16384u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(dir.path().join("backing"), &backing).unwrap();
+        std::fs::write(dir.path().join("cache"), vec![0u8; 16384]).unwrap();
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(dir.path().join(name))
+                .unwrap()
+        };
+        let (b, c) = (open("backing"), open("cache"));
+        // Declared before the ring, which holds the misses.
+        let calls = [true, false, true].map(|may_fill| Calls {
+            may_fill,
+            ..Calls::default()
+        });
+        let (ours, _theirs) = UnixStream::pair().unwrap();
+        let mut ring = match HitRing::new(ours.as_raw_fd()) {
+            Ok(r) => r,
+            Err(e) => {
+                tiercache_testkit::skip(
+                    "a_miss_is_read_then_filled_then_finished",
+                    &format!("io_uring is refused here ({e})"),
+                );
+                return;
+            }
+        };
+        let range = |f: &std::fs::File, offset, len| tiercache_frontend::FileRange {
+            fd: f.as_raw_fd(),
+            offset,
+            len,
+        };
+        for calls in &calls[..2] {
+            let may_fill = calls.may_fill;
+            // The block at 8192 (4 KiB) into a slot of the cache (another
+            // each time round); the request is its second KiB.
+            let slot = if may_fill { 4096 } else { 8192 };
+            let miss = DirectMiss::new(
+                range(&b, 8192, 4096),
+                1024,
+                Some(range(&c, slot, 4096)),
+                calls,
+            );
+            ring.start_miss(7, 9216, 1024, Vec::new(), miss);
+            let mut done = Vec::new();
+            while done.is_empty() {
+                ring.reap(Wait::ForHit, &mut done);
+            }
+            let f = &done[0];
+            assert!(f.result.is_ok());
+            assert_eq!((f.handle, f.offset, f.len), (7, 9216, 1024));
+            assert_eq!(&f.buf[f.start..f.start + f.len], &backing[9216..10240]);
+            assert!(calls.fill_asked.get());
+            let (read_ok, fill, scratch) = calls.finished.borrow_mut().take().unwrap();
+            assert!(read_ok);
+            assert_eq!(scratch, backing[8192..12288], "the whole block read");
+            let mut cached = vec![0u8; 4096];
+            std::os::unix::fs::FileExt::read_exact_at(&c, &mut cached, slot).unwrap();
+            if may_fill {
+                assert_eq!(fill, Some(true));
+                assert_eq!(cached, backing[8192..12288], "filled");
+            } else {
+                assert_eq!(fill, None);
+                assert!(cached.iter().all(|&x| x == 0), "nothing filled");
+            }
+        }
+        // A source read that fails (beyond the end): Err, no fill asked.
+        let calls = &calls[2];
+        let miss = DirectMiss::new(range(&b, 16384, 4096), 0, Some(range(&c, 0, 4096)), calls);
+        ring.start_miss(8, 0, 4096, Vec::new(), miss);
+        let mut done = Vec::new();
+        while done.is_empty() {
+            ring.reap(Wait::ForHit, &mut done);
+        }
+        assert!(done[0].result.is_err(), "a short read fails the miss");
+        assert!(!calls.fill_asked.get());
+        assert_eq!(
+            calls.finished.borrow().as_ref().map(|f| (f.0, f.1)),
+            Some((false, None))
+        );
+    }
 
     /// A hit with nothing to read: it finishes at the next reap.
     fn empty_hit<'a>() -> DirectRead<'a> {

@@ -19,8 +19,10 @@
 //! if that finds nothing. So a connection keeps as many
 //! reads on the fast device as its client has requests in flight. Without
 //! io_uring (TLS, or a kernel that refuses it), and for a hit in RAM
-//! ([`Export::read_if_quick`]), the reader reads it itself, one at a time;
-//! everything else goes to the workers. The replies to the hits the
+//! ([`Export::read_if_quick`]), the reader reads it itself, one at a time.
+//! A miss the export lets the reader serve from files
+//! ([`Export::begin_direct_miss`]) goes on the ring too (the backing read,
+//! then the promotion's write); everything else goes to the workers. The replies to the hits the
 //! reader answers go out in batches ([`ReadReplies`]): sent when the
 //! reader has no complete request left to parse (or the batch is full),
 //! one `writev` for many.
@@ -405,6 +407,22 @@ impl<'a> Conn<'a> {
                                 continue;
                             }
                             None => {}
+                        }
+                        // A miss the export lets this thread serve: read
+                        // and promoted through the ring too.
+                        if let Some(r) = side.ring.as_deref_mut() {
+                            let miss =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    self.export.begin_direct_miss(offset, len)
+                                }))
+                                .unwrap_or_else(|_| {
+                                    log::error!("{peer}: export panicked planning a miss");
+                                    None
+                                });
+                            if let Some(miss) = miss {
+                                r.start_miss(handle, offset, len as usize, buf, miss);
+                                continue;
+                            }
                         }
                         buf.clear();
                         wake = self.state.lock().push_job(Job { handle, cmd, buf });
