@@ -456,8 +456,10 @@ impl<'a> HitRing<'a> {
 }
 
 impl Drop for HitRing<'_> {
-    /// Waits for every read in flight (the kernel writes into buffers the
-    /// ring owns), finishing their hits as failed.
+    /// Waits for every IO in flight (the kernel writes into buffers the
+    /// ring owns), then drops each hit and miss unfinished: a device error
+    /// is not counted for a closed connection, a miss's promotion is given
+    /// up, locks and pins are released (their `Drop`).
     fn drop(&mut self) {
         self.submit();
         // The socket's poll may never complete: cancel it.
@@ -473,12 +475,7 @@ impl Drop for HitRing<'_> {
                 if let Some(Some(hit)) = self.slots.get_mut(slot) {
                     hit.pending -= 1;
                     if hit.pending == 0 {
-                        let hit = self.slots[slot].take().unwrap();
-                        let closed = io::Error::other("connection closed");
-                        let _ = match hit.op {
-                            Op::Hit(read) => read.finish(Err(closed)),
-                            Op::Miss { miss, .. } => miss.finish(Err(closed), None, &[]),
-                        };
+                        drop(self.slots[slot].take());
                     }
                 }
             }
