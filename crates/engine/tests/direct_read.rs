@@ -5,13 +5,13 @@
 
 mod common;
 
-use common::{config, pattern};
+use common::{config, engine_over, pattern};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tiercache_device::{BlockDevice, FileDevice, MemDevice};
+use tiercache_device::{FileDevice, MemDevice};
 use tiercache_engine::Engine;
-use tiercache_types::{AdmissionKind, CacheMode, ManualClock, ReplacementKind, Time};
+use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind};
 
 const BLOCK: u32 = 64 << 10;
 
@@ -31,13 +31,7 @@ fn file_rig(mode: CacheMode) -> FileRig {
     let cache = Arc::new(FileDevice::open(&cache_path).unwrap());
     let backing = Arc::new(MemDevice::new(64 * u64::from(BLOCK)));
     let cfg = config(mode, ReplacementKind::Lru, AdmissionKind::Always, BLOCK, 0);
-    let engine = Engine::new(
-        backing as Arc<dyn BlockDevice>,
-        cache as Arc<dyn BlockDevice>,
-        &cfg,
-        Arc::new(ManualClock::new(Time(1))),
-    )
-    .unwrap();
+    let engine = engine_over(backing, cache, &cfg);
     FileRig {
         engine,
         cache_path,

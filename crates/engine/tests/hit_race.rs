@@ -8,15 +8,14 @@
 
 mod common;
 
-use common::{borrowed_file, config};
+use common::{borrowed_file, config, engine_over};
 use rand::{Rng, SeedableRng};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiercache_device::{AlignedBuf, BlockDevice, FileDevice};
-use tiercache_engine::Engine;
-use tiercache_types::{AdmissionKind, CacheMode, ManualClock, ReplacementKind, Time};
+use tiercache_device::{AlignedBuf, FileDevice};
+use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind};
 
 const SECTOR: usize = 512;
 const BLOCK: u32 = 4096;
@@ -70,13 +69,7 @@ fn race(mode: CacheMode) {
     std::fs::write(&backing_path, &all).unwrap();
     let backing = Arc::new(FileDevice::open(&backing_path).expect("backing file"));
     let cfg = config(mode, ReplacementKind::Lru, AdmissionKind::Always, BLOCK, 0);
-    let engine = Engine::new(
-        backing as Arc<dyn BlockDevice>,
-        cache as Arc<dyn BlockDevice>,
-        &cfg,
-        Arc::new(ManualClock::new(Time(1))),
-    )
-    .unwrap();
+    let engine = engine_over(backing, cache, &cfg);
     let file = std::fs::File::open(&cache_path).unwrap();
     let stop = AtomicBool::new(false);
     let (quick, direct, seq) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(1));

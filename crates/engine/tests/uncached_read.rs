@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{borrowed_file, config, pattern};
+use common::{borrowed_file, config, engine_over, pattern};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,13 +38,7 @@ fn rig(mode: CacheMode, replacement: ReplacementKind) -> Rig {
     let cache = Arc::new(FileDevice::open(&cache_path).unwrap());
     let backing = Arc::new(FileDevice::open(&backing_path).unwrap());
     let cfg = config(mode, replacement, AdmissionKind::Always, BLOCK, 0);
-    let engine = Engine::new(
-        backing as Arc<dyn BlockDevice>,
-        cache as Arc<dyn BlockDevice>,
-        &cfg,
-        Arc::new(ManualClock::new(Time(1))),
-    )
-    .unwrap();
+    let engine = engine_over(backing, cache, &cfg);
     Rig {
         engine,
         cache_path,
@@ -254,13 +248,7 @@ fn what_it_cannot_serve_changes_nothing() {
         .set_len(16 * u64::from(BLOCK))
         .unwrap();
     let cache = Arc::new(FileDevice::open(&cache_path).unwrap());
-    let engine = Engine::new(
-        backing as Arc<dyn BlockDevice>,
-        cache as Arc<dyn BlockDevice>,
-        &cfg,
-        Arc::new(ManualClock::new(Time(1))),
-    )
-    .unwrap();
+    let engine = engine_over(backing, cache, &cfg);
     assert!(
         engine.begin_uncached_read(0, 4096).is_none(),
         "no backing fd"

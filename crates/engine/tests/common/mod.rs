@@ -89,3 +89,12 @@ pub fn borrowed_file(fd: std::os::fd::RawFd) -> std::mem::ManuallyDrop<std::fs::
     // use in the tests; ManuallyDrop never closes it.
     std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) })
 }
+
+/// An engine (not persistent, clock at 1) over `backing` and `cache`.
+pub fn engine_over(
+    backing: Arc<dyn BlockDevice>,
+    cache: Arc<dyn BlockDevice>,
+    cfg: &EngineConfig,
+) -> Engine {
+    Engine::new(backing, cache, cfg, Arc::new(ManualClock::new(Time(1)))).expect("engine")
+}
