@@ -31,6 +31,9 @@
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
 # BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU; by
 # round as BENCH_TC_ENV: 1/2),
+# BENCH_NBD_TRANSPORT (how the kernel NBD client reaches the server: unix,
+# the default, or tcp: plain NBD on 127.0.0.1; by round as BENCH_TC_ENV:
+# unix/tcp),
 # BENCH_UBLK_QUEUES (serve --ublk-queues; default: the server's),
 # BENCH_ROUNDS (default 1: every configuration and size once; with N > 1
 # each runs N times, the rounds interleaved, every other round in reverse
@@ -175,10 +178,25 @@ tiercache_setup() {
     wait_for_path "$DEV" 60
     return
   fi
-  "${serve[@]}" --socket "$TC_SOCKET" >>"$OUT/tiercache.log" 2>&1 &
-  TC_PID=$!
-  wait_for_path "$TC_SOCKET" 60
-  nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
+  local transport
+  transport=$(per_round "${BENCH_NBD_TRANSPORT:-unix}")
+  if [ "$transport" = tcp ]; then
+    # The guest has no iproute2: bring the loopback interface up with
+    # SIOCSIFFLAGS (IFF_UP | IFF_LOOPBACK | IFF_RUNNING); the kernel gives
+    # it 127.0.0.1 itself.
+    perl -e 'use Socket; socket(my $s, PF_INET, SOCK_DGRAM, 0) or die "socket: $!";
+      my $ifr = pack("a16 s x22", "lo", 0x49); ioctl($s, 0x8914, $ifr) or die "lo up: $!"' || fail "loopback up"
+    # The control socket is the server's readiness signal here.
+    "${serve[@]}" --listen 127.0.0.1:10809 --insecure >>"$OUT/tiercache.log" 2>&1 &
+    TC_PID=$!
+    wait_for_path "$TC_CONTROL" 60
+    nbd-client 127.0.0.1 10809 /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
+  else
+    "${serve[@]}" --socket "$TC_SOCKET" >>"$OUT/tiercache.log" 2>&1 &
+    TC_PID=$!
+    wait_for_path "$TC_SOCKET" 60
+    nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
+  fi
   DEV=/dev/nbd0
   local i=0
   while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
