@@ -178,7 +178,7 @@ tiercache_setup() {
     wait_for_path "$DEV" 60
     return
   fi
-  local transport
+  local transport server
   transport=$(per_round "${BENCH_NBD_TRANSPORT:-unix}")
   if [ "$transport" = tcp ]; then
     # The guest has no iproute2: bring the loopback interface up with
@@ -186,17 +186,18 @@ tiercache_setup() {
     # it 127.0.0.1 itself.
     perl -e 'use Socket; socket(my $s, PF_INET, SOCK_DGRAM, 0) or die "socket: $!";
       my $ifr = pack("a16 s x22", "lo", 0x49); ioctl($s, 0x8914, $ifr) or die "lo up: $!"' || fail "loopback up"
-    # The control socket is the server's readiness signal here.
     "${serve[@]}" --listen 127.0.0.1:10809 --insecure >>"$OUT/tiercache.log" 2>&1 &
     TC_PID=$!
+    server=(127.0.0.1 10809)
+    # The control socket is the server's readiness signal here.
     wait_for_path "$TC_CONTROL" 60
-    nbd-client 127.0.0.1 10809 /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
   else
     "${serve[@]}" --socket "$TC_SOCKET" >>"$OUT/tiercache.log" 2>&1 &
     TC_PID=$!
+    server=(-unix "$TC_SOCKET")
     wait_for_path "$TC_SOCKET" 60
-    nbd-client -unix "$TC_SOCKET" /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
   fi
+  nbd-client "${server[@]}" /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
   DEV=/dev/nbd0
   local i=0
   while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
