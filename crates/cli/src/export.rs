@@ -4,7 +4,9 @@
 use std::io;
 use std::sync::Arc;
 use tiercache_engine::{UncachedRead, VolumeHandle};
-use tiercache_frontend::{BlockSizes, DirectMiss, DirectRead, Export, FileRange, MissOps};
+use tiercache_frontend::{
+    BlockSizes, DirectMiss, DirectRead, Export, FileRange, MissOps, ReadPiece,
+};
 
 /// Serves one volume of the engine's pool (over NBD or ublk). Flush and
 /// FUA reach the shared cache device and this volume's backing device, so
@@ -47,9 +49,17 @@ impl Export for VolumeExport {
         Ok(self.volume.read(offset, buf)?)
     }
     fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {
-        let range = self.volume.begin_cached_read(offset, u64::from(len))?;
-        let (fd, pieces) = (range.fd, range.pieces.clone());
-        Some(DirectRead::new(fd, pieces, move |r| range.finish(r)))
+        if let Some(range) = self.volume.begin_cached_read(offset, u64::from(len)) {
+            let (fd, pieces) = (range.fd, range.pieces.clone());
+            return Some(DirectRead::new(fd, pieces, move |r| range.finish(r)));
+        }
+        let read = self.volume.begin_bypass_read(offset, u64::from(len))?;
+        let pieces = read
+            .pieces
+            .iter()
+            .map(|&(fd, at, into, len)| ReadPiece { fd, at, into, len })
+            .collect();
+        Some(DirectRead::of_pieces(pieces, move |r| read.finish(r)))
     }
     fn begin_direct_miss(&self, offset: u64, len: u32) -> Option<DirectMiss<'_>> {
         let read = self.volume.begin_uncached_read(offset, u64::from(len))?;

@@ -26,6 +26,7 @@
 //! (`stats.rs`); recording the requests served (`recorder.rs`,
 //! `trace_ring.rs`).
 
+mod bypass_read;
 mod cached_read;
 mod claims;
 mod cleaner;
@@ -50,6 +51,7 @@ mod volume;
 mod write;
 mod writeback;
 
+pub use bypass_read::BypassRead;
 pub use cached_read::CachedRange;
 pub use cleaner::{Cleaner, CleanerConfig, RateController};
 pub use config::EngineConfig;

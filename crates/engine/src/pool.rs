@@ -61,6 +61,17 @@ impl VolumeHandle {
         Some(range)
     }
 
+    /// A read that surely bypasses the cache, whose pieces the caller
+    /// reads itself (`bypass_read.rs`): None, having changed nothing, when
+    /// it cannot be served so; then call [`VolumeHandle::read`].
+    pub fn begin_bypass_read(&self, offset: u64, len: u64) -> Option<crate::BypassRead<'_>> {
+        let read = self
+            .engine
+            .begin_bypass_read_in(self.volume.clone(), offset, len)?;
+        self.note(TracedOp::Read, offset, len);
+        Some(read)
+    }
+
     /// A read miss within one cache block that the caller serves itself
     /// (`uncached_read.rs`): None, having changed nothing, when it cannot
     /// be served so; then call [`VolumeHandle::read`].

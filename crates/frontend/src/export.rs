@@ -46,8 +46,8 @@ pub trait Export: Send + Sync {
 
     /// For a caller that can read files asynchronously (ublk's queues and
     /// NBD connections, through io_uring): if the range can be read
-    /// straight from a file (a cache hit), the file and the pieces to
-    /// read, the range held stable until the returned read is finished or
+    /// straight from files (a cache hit, or a read that bypasses the
+    /// cache), the pieces to read, the range held stable until the returned read is finished or
     /// dropped, on the thread that began it (it may hold locks that
     /// belong to that thread). None (the default): use
     /// `read_if_quick` or `read`. The buffer the pieces are read into must
@@ -136,27 +136,52 @@ pub trait Export: Send + Sync {
     }
 }
 
-/// A read the caller performs itself, from a file, instead of calling
-/// [`Export::read`] (see [`Export::begin_direct_read`]).
-pub struct DirectRead<'a> {
+/// One piece of a [`DirectRead`]: `len` bytes of file `fd` at `at`, read
+/// into the caller's buffer at `into`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadPiece {
     /// The file to read.
     pub fd: std::os::fd::RawFd,
-    /// (offset in the file, offset in the caller's buffer, bytes): reading
-    /// every piece fills the caller's buffer with the requested range.
-    pub pieces: Vec<(u64, usize, usize)>,
+    /// Where in the file.
+    pub at: u64,
+    /// Where in the caller's buffer.
+    pub into: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// A read the caller performs itself, from files, instead of calling
+/// [`Export::read`] (see [`Export::begin_direct_read`]).
+pub struct DirectRead<'a> {
+    /// Reading every piece fills the caller's buffer with the requested
+    /// range.
+    pub pieces: Vec<ReadPiece>,
     finish: Box<dyn FnOnce(io::Result<()>) -> io::Result<()> + 'a>,
 }
 
 impl<'a> DirectRead<'a> {
-    /// A read of `pieces` from `fd`; `finish` is called once, with the
-    /// outcome of reading the pieces.
+    /// A read of `pieces` (offset in the file, offset in the caller's
+    /// buffer, bytes) from one file, `fd`; `finish` is called once, with
+    /// the outcome of reading the pieces.
     pub fn new(
         fd: std::os::fd::RawFd,
         pieces: Vec<(u64, usize, usize)>,
         finish: impl FnOnce(io::Result<()>) -> io::Result<()> + 'a,
     ) -> DirectRead<'a> {
+        let pieces = pieces
+            .into_iter()
+            .map(|(at, into, len)| ReadPiece { fd, at, into, len })
+            .collect();
+        DirectRead::of_pieces(pieces, finish)
+    }
+
+    /// A read of `pieces`, each from its own file (a bypassed read: some
+    /// blocks from the cache, the rest from the backing device).
+    pub fn of_pieces(
+        pieces: Vec<ReadPiece>,
+        finish: impl FnOnce(io::Result<()>) -> io::Result<()> + 'a,
+    ) -> DirectRead<'a> {
         DirectRead {
-            fd,
             pieces,
             finish: Box::new(finish),
         }

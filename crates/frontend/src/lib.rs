@@ -40,7 +40,7 @@ mod scheduler;
 
 pub use direct_miss::{DirectMiss, FileRange, MissOps};
 pub use errno::errno;
-pub use export::{DirectRead, Export};
+pub use export::{DirectRead, Export, ReadPiece};
 pub use idle_workers::IdleWorkers;
 pub use limits::{BlockSizes, DEFAULT_MAX_BLOCK};
 pub use mem::MemExport;

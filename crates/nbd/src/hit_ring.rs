@@ -25,7 +25,7 @@ use crate::fixed_bufs::FixedBufs;
 use io_uring::{opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
-use tiercache_frontend::{DirectMiss, DirectRead};
+use tiercache_frontend::{DirectMiss, DirectRead, ReadPiece};
 
 /// Submission queue entries; a hit uses one per piece.
 const ENTRIES: u32 = 256;
@@ -183,10 +183,9 @@ impl<'a> HitRing<'a> {
         let bad = read
             .pieces
             .iter()
-            .any(|&(_, at, n)| at.checked_add(n).map_or(true, |end| end > len));
+            .any(|p| p.into.checked_add(p.len).map_or(true, |end| end > len));
         let pieces = if bad { 0 } else { read.pieces.len() };
         let slot = self.take_slot();
-        let fd = read.fd;
         let data = buf[start..].as_mut_ptr();
         self.slots[slot] = Some(InFlight {
             handle,
@@ -212,7 +211,12 @@ impl<'a> HitRing<'a> {
             else {
                 unreachable!("a hit was just put in the slot")
             };
-            let (file_offset, at, n) = read.pieces[i];
+            let ReadPiece {
+                fd,
+                at: file_offset,
+                into: at,
+                len: n,
+            } = read.pieces[i];
             // SAFETY: `at + n <= len` (checked above), and the buffer holds
             // `start + len` bytes, so the kernel writes inside it. The
             // buffer lives in `slots[slot]` (its heap block does not move

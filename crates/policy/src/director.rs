@@ -541,6 +541,18 @@ impl Director {
             .map_or(CacheMode::PassThrough, |v| v.mode)
     }
 
+    /// Whether a read of `volume` planned now would surely never promote,
+    /// changing nothing: the volume is in passthrough, or the read surely
+    /// bypasses ([`SequentialDetector::surely_bypasses`]). A front end
+    /// that serves such reads itself asks this, then plans the read with
+    /// [`Director::plan_io`] under the same lock: every block is then a
+    /// hit or a miss read from the backing device.
+    pub fn read_never_promotes(&self, volume: VolumeId, offset: u64, len: u64, now: Time) -> bool {
+        self.volumes.get(volume).is_some_and(|v| {
+            v.mode == CacheMode::PassThrough || v.sequential.surely_bypasses(offset, len, now)
+        })
+    }
+
     /// Changes `volume`'s mode for IOs planned from now on. Caller
     /// guarantees that leaving writeback for another mode is fine with
     /// dirty blocks present: they stay dirty and are still served from the

@@ -252,6 +252,24 @@ impl SequentialDetector {
         s.bytes > self.cutoff
     }
 
+    /// Whether [`SequentialDetector::observe`] of this IO, called now,
+    /// would surely say bypass, changing nothing: the IO continues in
+    /// order a fresh stream that, with it, covers more than the cutoff.
+    /// False says nothing (an IO joining a stream out of order may still
+    /// bypass). A front end that serves bypassed reads itself asks this
+    /// before planning, since only a bypassed read never promotes.
+    pub fn surely_bypasses(&self, offset: u64, len: u64, now: Time) -> bool {
+        if self.cutoff == 0 || len == 0 {
+            return false;
+        }
+        let Some(t) = self.table.as_ref() else {
+            return false;
+        };
+        // As `take_ending_at` finds it; `observe` then adds at least `len`.
+        let s = t.by_next[slot_of(offset)];
+        s.next_offset == offset && s.fresh(now) && s.bytes.saturating_add(len) > self.cutoff
+    }
+
     #[cfg(test)]
     fn bytes_of_stream_at(&self, next_offset: u64) -> Option<u64> {
         let s = self.table.as_ref()?.by_next[slot_of(next_offset)];
@@ -426,6 +444,47 @@ mod tests {
             agree as f64 / total as f64 > 0.97,
             "agreement {agree} of {total}"
         );
+    }
+
+    proptest::proptest! {
+        /// `surely_bypasses` never promises a bypass that `observe` then
+        /// refuses, and promises it for an in-order stream past the cutoff.
+        #[test]
+        fn a_sure_bypass_is_a_bypass(
+            ios in proptest::collection::vec((0u64..3, 0u64..8, 1u64..5, 0u64..3_000_000_000), 1..300),
+        ) {
+            let mut d = SequentialDetector::new(64 * 1024);
+            let mut cursors = [0u64, 1 << 30, 1 << 31];
+            let mut now = 0u64;
+            for (stream, jump, len, dt) in ios {
+                now += dt;
+                let s = stream as usize;
+                let len = len * 16384;
+                // Mostly in order; sometimes a jump ahead (out of order) or
+                // back, which may join, split or restart a stream.
+                let offset = match jump {
+                    0 => cursors[s].saturating_sub(len),
+                    1 => cursors[s] + len,
+                    _ => cursors[s],
+                };
+                let sure = d.surely_bypasses(offset, len, Time(now));
+                let bypassed = d.observe(offset, len, Time(now));
+                proptest::prop_assert!(!sure || bypassed, "promised a bypass at {offset}");
+                cursors[s] = offset + len;
+            }
+        }
+    }
+
+    #[test]
+    fn an_in_order_stream_past_the_cutoff_is_surely_bypassed() {
+        let mut d = SequentialDetector::new(1 << 20);
+        let mut sure = 0;
+        for i in 0..64u64 {
+            let promised = d.surely_bypasses(i * 65536, 65536, Time(i));
+            assert_eq!(promised, d.observe(i * 65536, 65536, Time(i)), "IO {i}");
+            sure += usize::from(promised);
+        }
+        assert_eq!(sure, 48);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use tiercache_frontend::{Checked, Export};
+use tiercache_frontend::{Checked, Export, ReadPiece};
 
 /// How to serve an export as a ublk device.
 #[derive(Debug, Clone)]
@@ -750,7 +750,13 @@ async fn direct_read(
         None
     })?;
     let mut outcome = Ok(());
-    for &(file_offset, buf_offset, n) in &read.pieces {
+    for &ReadPiece {
+        fd,
+        at: file_offset,
+        into: buf_offset,
+        len: n,
+    } in &read.pieces
+    {
         if buf_offset + n > len as usize {
             outcome = Err(std::io::Error::other("a piece beyond the request"));
             break;
@@ -764,10 +770,10 @@ async fn direct_read(
         // which outlives the task.
         let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
         let sqe = match fixed {
-            Some(index) => opcode::ReadFixed::new(types::Fd(read.fd), ptr, n as u32, index)
+            Some(index) => opcode::ReadFixed::new(types::Fd(fd), ptr, n as u32, index)
                 .offset(file_offset)
                 .build(),
-            None => opcode::Read::new(types::Fd(read.fd), ptr, n as u32)
+            None => opcode::Read::new(types::Fd(fd), ptr, n as u32)
                 .offset(file_offset)
                 .build(),
         };
