@@ -131,6 +131,9 @@ tiercache_setup() {
   done
 }
 tiercache_counters() { tiercache stats --control "$TC_CONTROL" | awk '$1 == "reads" {print $4, $7}'; }
+# The server's CPU so far, in clock ticks (user + system, /proc/PID/stat).
+tiercache_cpu() { awk '{print $14 + $15}' "/proc/$TC_PID/stat"; }
+bcache_cpu() { echo -; }
 tiercache_teardown() {
   tiercache stats --control "$TC_CONTROL" >"$OUT/tiercache-stats-$RUN.txt" || true
   kill -TERM "$TC_PID"
@@ -183,6 +186,8 @@ run_config() {
   local before after cpu_before cpu_after
   before=$("${kind}_counters")
   cpu_before=$(cpu_ticks)
+  local server_before server_after
+  server_before=$("${kind}_cpu")
   job_file "$RUNTIME" >"$OUT/measure.fio"
   local perf_pid=""
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
@@ -193,6 +198,7 @@ run_config() {
   fio "$OUT/measure.fio" --eta=never --output-format=terse --terse-version=3 \
     --percentile_list=50:99 --output="$OUT/fio-$RUN.out" || fail "fio $RUN"
   cpu_after=$(cpu_ticks)
+  server_after=$("${kind}_cpu")
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm --stdio -g none 2>/dev/null |
@@ -211,12 +217,14 @@ run_config() {
   # read clat percentiles as "P%=usec" from field 18.
   local row
   row=$(awk -F';' -v name="$name" -v round="$round" -v before="$before" -v after="$after" \
-    -v cpu_before="$cpu_before" -v cpu_after="$cpu_after" '
+    -v cpu_before="$cpu_before" -v cpu_after="$cpu_after" \
+    -v server_before="$server_before" -v server_after="$server_after" -v runtime="$RUNTIME" \
+    -v hz="$(getconf CLK_TCK)" '
     $1 == "3" && $3 == "hot1" {
       iops = $8; p99 = "-"
       for (i = 18; i <= 37; i++) { split($i, kv, "="); if (kv[1] == "99.000000%") { p99 = kv[2]; break } }
     }
-    $1 == "3" && $3 == "scan" { scan = $7 / 1024 }
+    $1 == "3" && $3 == "scan" { scan = $7 / 1024; scan_iops = $8 }
     END {
       split(before, b, " "); split(after, a, " ")
       hits = a[1] - b[1]; misses = a[2] - b[2]
@@ -224,10 +232,13 @@ run_config() {
       split(cpu_before, c0, " "); split(cpu_after, c1, " ")
       busy = c1[1] - c0[1]; total = busy + c1[2] - c0[2]
       cpu = (total > 0) ? sprintf("%.0f", 100 * busy / total) : "-"
-      printf "%s %s %d %s %.1f %s %s\n", name, round, iops, p99, scan, ratio, cpu
+      # The server CPU per fio IO (hot and scan), in us.
+      ios = (iops + scan_iops) * runtime
+      per_io = (server_before != "-" && ios > 0) ? sprintf("%.0f", (server_after - server_before) * 1e6 / hz / ios) : "-"
+      printf "%s %s %d %s %.1f %s %s %s\n", name, round, iops, p99, scan, ratio, cpu, per_io
     }' "$OUT/fio-$RUN.out")
   echo "$row" >>"$OUT/rows.txt"
-  step "round $round, $name: hot IOPS, hot p99 us, scan MiB/s, hit %, CPU busy %: ${row#* * }"
+  step "round $round, $name: hot IOPS, hot p99 us, scan MiB/s, hit %, CPU busy %, server CPU us per IO: ${row#* * }"
 }
 
 rm -f "$OUT/rows.txt"
@@ -245,13 +256,15 @@ col() { awk -v n="$2" -v c="$1" '$1 == n { print $c }' "$OUT/rows.txt" | median;
 {
   echo "Pool bench in the VM lab (qemu TCG; $(nproc) vCPUs; kernel $(uname -r)): $((NVOL - 1)) hot Zipf volumes + 1 sequential scanner, $NVOL HDDs of $(($(blockdev --getsize64 "${HDDS[0]}") >> 20)) MiB, one cache of $(($(blockdev --getsize64 "$SSD") >> 20)) MiB; medians of $ROUNDS interleaved rounds (${WARMUP}s warm-up, ${RUNTIME}s measured)"
   echo
-  echo "| set-up | hot volumes' total IOPS | hot volumes' p99 | scanner MiB/s | read hit ratio | guest CPU busy | rounds (IOPS / p99 ms) |"
-  echo "|---|---:|---:|---:|---:|---:|---|"
+  echo "| set-up | hot volumes' total IOPS | hot volumes' p99 | scanner MiB/s | read hit ratio | guest CPU busy | server CPU per IO | rounds (IOPS / p99 ms) |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---|"
   for config in $CONFIGS; do
     per_round=$(awk -v n="$config" '$1 == n { printf "%s%d / %.2f", sep, $3, $4 / 1000; sep = ", " }' "$OUT/rows.txt")
-    printf '| %s | %s | %.2f ms | %s | %s%% | %s%% | %s |\n' "$config" "$(col 3 "$config")" \
+    per_io=$(col 8 "$config")
+    [ "$per_io" = - ] || per_io="$per_io us"
+    printf '| %s | %s | %.2f ms | %s | %s%% | %s%% | %s | %s |\n' "$config" "$(col 3 "$config")" \
       "$(awk -v us="$(col 4 "$config")" 'BEGIN { print us / 1000 }')" "$(col 5 "$config")" \
-      "$(col 6 "$config")" "$(col 7 "$config")" "$per_round"
+      "$(col 6 "$config")" "$(col 7 "$config")" "$per_io" "$per_round"
   done
 } >"$VMLAB_RESULTS/pool-bench.md"
 cat "$VMLAB_RESULTS/pool-bench.md"

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::Arc;
-use tiercache_engine::{UncachedRead, VolumeHandle};
+use tiercache_engine::{DirectPlan, UncachedRead, VolumeHandle};
 use tiercache_frontend::{
     BlockSizes, DirectMiss, DirectRead, Export, FileRange, MissOps, ReadPiece,
 };
@@ -49,17 +49,22 @@ impl Export for VolumeExport {
         Ok(self.volume.read(offset, buf)?)
     }
     fn begin_direct_read(&self, offset: u64, len: u32) -> Option<DirectRead<'_>> {
-        if let Some(range) = self.volume.begin_cached_read(offset, u64::from(len)) {
-            let (fd, pieces) = (range.fd, range.pieces.clone());
-            return Some(DirectRead::new(fd, pieces, move |r| range.finish(r)));
-        }
-        let read = self.volume.begin_bypass_read(offset, u64::from(len))?;
-        let pieces = read
-            .pieces
-            .iter()
-            .map(|&(fd, at, into, len)| ReadPiece { fd, at, into, len })
-            .collect();
-        Some(DirectRead::of_pieces(pieces, move |r| read.finish(r)))
+        Some(
+            match self.volume.begin_direct_read(offset, u64::from(len))? {
+                DirectPlan::Hit(range) => {
+                    let (fd, pieces) = (range.fd, range.pieces.clone());
+                    DirectRead::new(fd, pieces, move |r| range.finish(r))
+                }
+                DirectPlan::Bypass(read) => {
+                    let pieces = read
+                        .pieces
+                        .iter()
+                        .map(|&(fd, at, into, len)| ReadPiece { fd, at, into, len })
+                        .collect();
+                    DirectRead::of_pieces(pieces, move |r| read.finish(r))
+                }
+            },
+        )
     }
     fn begin_direct_miss(&self, offset: u64, len: u32) -> Option<DirectMiss<'_>> {
         let read = self.volume.begin_uncached_read(offset, u64::from(len))?;

@@ -12,6 +12,7 @@
 //! stripe guard belongs to that thread). Nothing waits: the stripes are
 //! only tried.
 
+use crate::director_lock::DirectorGuard;
 use crate::locks;
 use crate::read::{ReadStep, INLINE_BLOCKS};
 use crate::stats::IoCounters;
@@ -20,7 +21,7 @@ use crate::Engine;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use tiercache_types::{Access, CacheBlock};
+use tiercache_types::{Access, CacheBlock, Time};
 
 /// A bypassed read being served by the caller (see the module
 /// documentation).
@@ -81,33 +82,49 @@ impl Engine {
         offset: u64,
         len: u64,
     ) -> Option<BypassRead<'_>> {
-        let cache_fd = self.cache.raw_read_fd()?;
-        let backing_fd = vol.backing.raw_read_fd()?;
-        if len == 0 || vol.check(offset, len).is_err() || self.claims.unverified_count() > 0 {
+        if len == 0 || vol.check(offset, len).is_err() {
             return None;
         }
-        let align = vol.backing.alignment().max(self.cache.alignment());
-        if offset % align != 0 || len % align != 0 {
-            return None;
-        }
-        let blocks = vol.blocks_of(offset, len);
-        let locked = self.locks.try_shared(vol.keys(blocks))?;
+        let locked = self
+            .locks
+            .try_shared(vol.keys(vol.blocks_of(offset, len)))?;
         vol.check_attached().ok()?;
         let now = self.clock.now();
-        let mut steps: SmallVec<[(u64, ReadStep); INLINE_BLOCKS]> = SmallVec::new();
-        {
-            let mut d = self.director.lock();
-            if !d.read_never_promotes(vol.id, offset, len, now) {
-                return None;
-            }
-            IoCounters::add(&vol.io.read_bytes, len);
-            self.note_client_io(now);
-            d.plan_io(
-                &vol.request(offset, len, Access::Read),
-                now,
-                |b, _, plan| steps.push((b, self.read_step(plan))),
-            );
+        self.plan_bypass(vol, self.director.lock(), locked, offset, len, now)
+    }
+
+    /// Plans a read of `offset..offset + len` on `vol` (checked, its
+    /// stripes `locked` shared) that surely bypasses the cache, under the
+    /// director `d` (released before it returns); None, having changed
+    /// nothing, if it may not bypass or cannot be served so (see
+    /// [`Engine::begin_bypass_read`]).
+    pub(crate) fn plan_bypass<'e>(
+        &'e self,
+        vol: Arc<Volume>,
+        mut d: DirectorGuard<'e>,
+        locked: locks::StripeGuard<'e>,
+        offset: u64,
+        len: u64,
+        now: Time,
+    ) -> Option<BypassRead<'e>> {
+        let cache_fd = self.cache.raw_read_fd()?;
+        let backing_fd = vol.backing.raw_read_fd()?;
+        let align = vol.backing.alignment().max(self.cache.alignment());
+        if offset % align != 0 || len % align != 0 || self.claims.unverified_count() > 0 {
+            return None;
         }
+        if !d.read_never_promotes(vol.id, offset, len, now) {
+            return None;
+        }
+        IoCounters::add(&vol.io.read_bytes, len);
+        self.note_client_io(now);
+        let mut steps: SmallVec<[(u64, ReadStep); INLINE_BLOCKS]> = SmallVec::new();
+        d.plan_io(
+            &vol.request(offset, len, Access::Read),
+            now,
+            |b, _, plan| steps.push((b, self.read_step(plan))),
+        );
+        drop(d);
         let mut read = BypassRead {
             engine: self,
             volume: vol,
@@ -130,7 +147,7 @@ impl Engine {
                     if let ReadStep::Promote(c, ticket) = step {
                         // Not planned for a read that never promotes; if
                         // it were, the promotion is given up, as a failed
-                        // fill's.
+                        // fill's (the director is released by now).
                         debug_assert!(false, "a bypassed read promoted block {b}");
                         self.end_fill(&read.volume, b, c, ticket, None);
                     }

@@ -2,6 +2,7 @@
 //! read the cache device's fd through io_uring): the engine plans and
 //! pins, the caller reads the pieces.
 
+use crate::bypass_read::BypassRead;
 use crate::locks;
 use crate::read::INLINE_BLOCKS;
 use crate::stats::IoCounters;
@@ -55,6 +56,14 @@ impl Drop for CachedRange<'_> {
     }
 }
 
+/// A read a front end does itself ([`crate::VolumeHandle::begin_direct_read`]).
+pub enum DirectPlan<'a> {
+    /// Every block a ready hit: read from the cache device.
+    Hit(CachedRange<'a>),
+    /// A read that bypasses the cache: its pieces from either device.
+    Bypass(BypassRead<'a>),
+}
+
 impl Engine {
     /// For a front end that reads the cache device itself (ublk's and
     /// NBD's io_uring): if `offset..offset + len` can be served at once (as for
@@ -76,6 +85,24 @@ impl Engine {
         offset: u64,
         len: u64,
     ) -> Option<CachedRange<'_>> {
+        match self.begin_direct_read_in(vol, offset, len, false)? {
+            DirectPlan::Hit(range) => Some(range),
+            DirectPlan::Bypass(_) => unreachable!("a bypass was not asked for"),
+        }
+    }
+
+    /// What a front end that reads the devices itself does with
+    /// `offset..offset + len` on `vol`, decided under one stripe try and
+    /// one director critical section: a hit ([`Engine::begin_cached_read`]);
+    /// with `or_bypass`, else a read that surely bypasses the cache
+    /// ([`Engine::begin_bypass_read`]); else None, having changed nothing.
+    pub(crate) fn begin_direct_read_in(
+        &self,
+        vol: Arc<Volume>,
+        offset: u64,
+        len: u64,
+        or_bypass: bool,
+    ) -> Option<DirectPlan<'_>> {
         let fd = self.cache.raw_read_fd()?;
         if len == 0 || vol.check(offset, len).is_err() {
             return None;
@@ -84,10 +111,17 @@ impl Engine {
         let locked = self.locks.try_shared(vol.keys(blocks.clone()))?;
         vol.check_attached().ok()?;
         let now = self.clock.now();
-        let pinned = {
-            let mut d = self.director.lock();
-            self.plan_ready_hits(&vol, &mut d, offset, len, now)?
+        let mut d = self.director.lock();
+        let pinned = match self.plan_ready_hits(&vol, &mut d, offset, len, now) {
+            Some(pinned) => pinned,
+            None if or_bypass => {
+                return self
+                    .plan_bypass(vol, d, locked, offset, len, now)
+                    .map(DirectPlan::Bypass)
+            }
+            None => return None,
         };
+        drop(d);
         self.count_ready_hits(&vol, len, now);
         let pieces = blocks
             .zip(&pinned)
@@ -97,13 +131,13 @@ impl Engine {
                 (self.slot_offset(c) + within, buf_off, n)
             })
             .collect();
-        Some(CachedRange {
+        Some(DirectPlan::Hit(CachedRange {
             engine: self,
             volume: vol,
             _locked: locked,
             pinned,
             fd,
             pieces,
-        })
+        }))
     }
 }

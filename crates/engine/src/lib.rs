@@ -52,7 +52,7 @@ mod write;
 mod writeback;
 
 pub use bypass_read::BypassRead;
-pub use cached_read::CachedRange;
+pub use cached_read::{CachedRange, DirectPlan};
 pub use cleaner::{Cleaner, CleanerConfig, RateController};
 pub use config::EngineConfig;
 pub use error::{EngineError, Result};

@@ -61,15 +61,17 @@ impl VolumeHandle {
         Some(range)
     }
 
-    /// A read that surely bypasses the cache, whose pieces the caller
-    /// reads itself (`bypass_read.rs`): None, having changed nothing, when
-    /// it cannot be served so; then call [`VolumeHandle::read`].
-    pub fn begin_bypass_read(&self, offset: u64, len: u64) -> Option<crate::BypassRead<'_>> {
-        let read = self
+    /// A read the caller does itself from the devices' files: a hit (as
+    /// [`Engine::begin_cached_read`]) or else a read that surely bypasses
+    /// the cache (as [`Engine::begin_bypass_read`]), decided under one
+    /// lock; None, having changed nothing, when neither: then call
+    /// [`VolumeHandle::read`] (or try [`VolumeHandle::begin_uncached_read`]).
+    pub fn begin_direct_read(&self, offset: u64, len: u64) -> Option<crate::DirectPlan<'_>> {
+        let plan = self
             .engine
-            .begin_bypass_read_in(self.volume.clone(), offset, len)?;
+            .begin_direct_read_in(self.volume.clone(), offset, len, true)?;
         self.note(TracedOp::Read, offset, len);
-        Some(read)
+        Some(plan)
     }
 
     /// A read miss within one cache block that the caller serves itself

@@ -11,8 +11,8 @@ use common::{borrowed_file, config, engine_over, pattern};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use tiercache_device::{AlignedBuf, FileDevice};
-use tiercache_engine::{BypassRead, Engine};
-use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind};
+use tiercache_engine::{BypassRead, DirectPlan, Engine};
+use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind, VolumeId};
 
 const BLOCK: u32 = 64 << 10;
 const BLOCKS: u64 = 64;
@@ -159,4 +159,29 @@ fn a_dropped_read_unpins_and_unlocks() {
     let mut buf = vec![0u8; BLOCK as usize];
     r.engine.read(0, &mut buf).unwrap();
     assert!(buf.iter().all(|&x| x == 1));
+}
+
+#[test]
+fn one_decision_gives_a_hit_a_bypass_or_nothing() {
+    let r = rig(CacheMode::WriteThrough);
+    let engine = Arc::new(r.engine);
+    let volume = engine.volume_handle(VolumeId(0)).unwrap();
+    let mut buf = vec![0u8; BLOCK as usize];
+    // Blocks 0-3 read in order: promoted, and a stream at its cutoff.
+    for b in 0..4 {
+        volume.read(block(b), &mut buf).unwrap();
+    }
+    assert!(matches!(volume.begin_direct_read(block(2), 4096), Some(DirectPlan::Hit(_))));
+    // A random miss: nothing planned, nothing counted.
+    let before = engine.stats();
+    assert!(volume.begin_direct_read(block(30), 4096).is_none());
+    assert_eq!(engine.stats().read_bytes, before.read_bytes);
+    // The stream's next read, past the cutoff: a bypass.
+    match volume.begin_direct_read(block(4), block(2)) {
+        Some(DirectPlan::Bypass(read)) => {
+            let got = serve(read, block(2) as usize);
+            assert!(got == r.data[block(4) as usize..block(6) as usize]);
+        }
+        _ => panic!("a bypass expected"),
+    };
 }

@@ -460,8 +460,9 @@ struct TagSlot {
 #[derive(Default)]
 struct Served {
     requests: std::cell::Cell<u64>,
-    /// Hits read through the queue's io_uring (`direct_read`).
-    ring_hits: std::cell::Cell<u64>,
+    /// Hits and bypassed reads read through the queue's io_uring
+    /// (`direct_read`).
+    ring_reads: std::cell::Cell<u64>,
     /// Misses read and promoted through it (`direct_miss`).
     ring_misses: std::cell::Cell<u64>,
 }
@@ -556,9 +557,9 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
         }
     }));
     log::info!(
-        "ublk queue {qid}: {} requests served, {} hits and {} misses of them on the queue's io_uring",
+        "ublk queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses",
         served.requests.get(),
-        served.ring_hits.get(),
+        served.ring_reads.get(),
         served.ring_misses.get()
     );
     drop(_drain);
@@ -636,13 +637,14 @@ async fn serve_tag(
         let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
             Err(errno) => errno,
             Ok(req) => 'result: {
-                // A cache hit on a cache file: read through this queue's
-                // io_uring, no thread hand-off and no blocking.
+                // A cache hit on a cache file, or a read that surely
+                // bypasses the cache: read through this queue's io_uring,
+                // no thread hand-off and no blocking.
                 if let Request::Read { offset, len } = req {
                     if let Some(result) =
                         direct_read(&*shared.export, offset, len, &slot.buf, fixed).await
                     {
-                        bump(&served.ring_hits);
+                        bump(&served.ring_reads);
                         break 'result result;
                     }
                 }
@@ -726,10 +728,11 @@ async fn serve_tag(
     }
 }
 
-/// Serves a read straight from the export's file through the queue's
-/// io_uring ([`Export::begin_direct_read`]). Some(result to commit) if it
-/// did; None if the read must go another way (not a hit on a file, or the
-/// file read failed: the export then reads it again itself). `fixed`: the
+/// Serves a read straight from the export's files through the queue's
+/// io_uring ([`Export::begin_direct_read`]: a hit, or a read that bypasses
+/// the cache). Some(result to commit) if it did; None if the read must go
+/// another way (neither, or a file read failed: the export then reads it
+/// again itself). `fixed`: the
 /// index `buf` is registered under with the ring, if it is.
 async fn direct_read(
     export: &dyn Export,
