@@ -171,7 +171,10 @@ fn one_decision_gives_a_hit_a_bypass_or_nothing() {
     for b in 0..4 {
         volume.read(block(b), &mut buf).unwrap();
     }
-    assert!(matches!(volume.begin_direct_read(block(2), 4096), Some(DirectPlan::Hit(_))));
+    assert!(matches!(
+        volume.begin_direct_read(block(2), 4096),
+        Some(DirectPlan::Hit(_))
+    ));
     // A random miss: nothing planned, nothing counted.
     let before = engine.stats();
     assert!(volume.begin_direct_read(block(30), 4096).is_none());
