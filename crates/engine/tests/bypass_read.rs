@@ -7,48 +7,28 @@
 
 mod common;
 
-use common::{borrowed_file, config, engine_over, pattern};
+use common::{borrowed_file, config, file_rig, pattern, FileRig};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use tiercache_device::{AlignedBuf, FileDevice};
-use tiercache_engine::{BypassRead, DirectPlan, Engine};
+use tiercache_device::AlignedBuf;
+use tiercache_engine::{BypassRead, DirectPlan};
 use tiercache_types::{AdmissionKind, CacheMode, ReplacementKind, VolumeId};
 
 const BLOCK: u32 = 64 << 10;
-const BLOCKS: u64 = 64;
 /// Four blocks: the fifth block of an in-order stream bypasses.
 const CUTOFF: u64 = 4 * BLOCK as u64;
 
-struct Rig {
-    engine: Engine,
-    data: Vec<u8>,
-    _dir: tempfile::TempDir,
-}
-
-fn rig(mode: CacheMode) -> Rig {
-    let dir = tempfile::tempdir().unwrap();
-    let cache_path = dir.path().join("cache");
-    std::fs::File::create(&cache_path)
-        .unwrap()
-        .set_len(16 * u64::from(BLOCK))
-        .unwrap();
-    let backing_path = dir.path().join("backing");
-    let data = pattern(0, (BLOCKS * u64::from(BLOCK)) as usize, 7);
-    std::fs::write(&backing_path, &data).unwrap();
-    let cache = Arc::new(FileDevice::open(&cache_path).unwrap());
-    let backing = Arc::new(FileDevice::open(&backing_path).unwrap());
-    let cfg = config(
-        mode,
-        ReplacementKind::Lru,
-        AdmissionKind::Always,
-        BLOCK,
-        CUTOFF,
-    );
-    Rig {
-        engine: engine_over(backing, cache, &cfg),
-        data,
-        _dir: dir,
-    }
+fn rig(mode: CacheMode) -> FileRig {
+    file_rig(
+        &config(
+            mode,
+            ReplacementKind::Lru,
+            AdmissionKind::Always,
+            BLOCK,
+            CUTOFF,
+        ),
+        7,
+    )
 }
 
 /// Reads every piece as the contract says (into a buffer aligned for

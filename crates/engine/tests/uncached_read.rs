@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{borrowed_file, config, engine_over, pattern};
+use common::{borrowed_file, config, engine_over, file_rig, pattern, FileRig};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -18,33 +18,11 @@ use tiercache_types::{AdmissionKind, CacheMode, ManualClock, ReplacementKind, Ti
 const BLOCK: u32 = 64 << 10;
 const BLOCKS: u64 = 64;
 
-struct Rig {
-    engine: Engine,
-    cache_path: std::path::PathBuf,
-    data: Vec<u8>,
-    _dir: tempfile::TempDir,
-}
-
-fn rig(mode: CacheMode, replacement: ReplacementKind) -> Rig {
-    let dir = tempfile::tempdir().unwrap();
-    let cache_path = dir.path().join("cache");
-    std::fs::File::create(&cache_path)
-        .unwrap()
-        .set_len(16 * u64::from(BLOCK))
-        .unwrap();
-    let backing_path = dir.path().join("backing");
-    let data = pattern(0, (BLOCKS * u64::from(BLOCK)) as usize, 11);
-    std::fs::write(&backing_path, &data).unwrap();
-    let cache = Arc::new(FileDevice::open(&cache_path).unwrap());
-    let backing = Arc::new(FileDevice::open(&backing_path).unwrap());
-    let cfg = config(mode, replacement, AdmissionKind::Always, BLOCK, 0);
-    let engine = engine_over(backing, cache, &cfg);
-    Rig {
-        engine,
-        cache_path,
-        data,
-        _dir: dir,
-    }
+fn rig(mode: CacheMode, replacement: ReplacementKind) -> FileRig {
+    file_rig(
+        &config(mode, replacement, AdmissionKind::Always, BLOCK, 0),
+        11,
+    )
 }
 
 /// Does the caller's IO as the contract says, through the fds it gives:

@@ -98,3 +98,35 @@ pub fn engine_over(
 ) -> Engine {
     Engine::new(backing, cache, cfg, Arc::new(ManualClock::new(Time(1)))).expect("engine")
 }
+
+/// An engine over two real files in a temporary directory (the front
+/// ends' io_uring paths need file descriptors): a cache file of 16
+/// blocks and a backing file of 64 blocks holding [`pattern`]`(seed)`.
+pub struct FileRig {
+    pub engine: Engine,
+    pub cache_path: std::path::PathBuf,
+    /// The backing file's bytes.
+    pub data: Vec<u8>,
+    pub _dir: tempfile::TempDir,
+}
+
+pub fn file_rig(cfg: &EngineConfig, seed: u64) -> FileRig {
+    let block = u64::from(cfg.block_size);
+    let dir = tempfile::tempdir().unwrap();
+    let cache_path = dir.path().join("cache");
+    std::fs::File::create(&cache_path)
+        .unwrap()
+        .set_len(16 * block)
+        .unwrap();
+    let backing_path = dir.path().join("backing");
+    let data = pattern(0, (64 * block) as usize, seed);
+    std::fs::write(&backing_path, &data).unwrap();
+    let cache = Arc::new(tiercache_device::FileDevice::open(&cache_path).unwrap());
+    let backing = Arc::new(tiercache_device::FileDevice::open(&backing_path).unwrap());
+    FileRig {
+        engine: engine_over(backing, cache, cfg),
+        cache_path,
+        data,
+        _dir: dir,
+    }
+}
