@@ -78,6 +78,10 @@ pub(crate) struct Claims {
     pub dropped: AtomicU64,
     /// Where the background verification goes on.
     pub verify_cursor: AtomicU32,
+    /// How many times any slot's generation moved ([`Claims::bump`]): a
+    /// slot can lose its claim only by a bump, so while this stands still
+    /// no claimed slot becomes unclaimed (`reclaim.rs`).
+    bumps: AtomicU64,
 }
 
 /// The generation part of a state word.
@@ -96,7 +100,13 @@ impl Claims {
             verified: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             verify_cursor: AtomicU32::new(0),
+            bumps: AtomicU64::new(0),
         }
+    }
+
+    /// How many bumps there have been so far (see the field).
+    pub fn bumps(&self) -> u64 {
+        self.bumps.load(SeqCst)
     }
 
     /// Starts a change of `c`'s content or owner: moves the generation on
@@ -109,6 +119,9 @@ impl Claims {
             let new = (generation(cur).wrapping_add(GEN_STEP)) | (cur & DURABLE);
             match w.compare_exchange_weak(cur, new, SeqCst, SeqCst) {
                 Ok(prev) => {
+                    // After the word: whoever reads the count and then the
+                    // word sees this bump in one or the other.
+                    self.bumps.fetch_add(1, SeqCst);
                     if prev & UNVERIFIED != 0 {
                         self.one_settled();
                     }

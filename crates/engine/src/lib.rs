@@ -40,6 +40,7 @@ mod locks;
 mod persist;
 mod pool;
 mod read;
+mod reclaim;
 mod recorder;
 mod scratch;
 mod slot_state;
@@ -94,8 +95,8 @@ pub struct Engine {
     slots: SlotStates,
     /// Crash-survival state of clean claims (see `claims.rs`).
     claims: claims::Claims,
-    /// Where [`Engine::reclaim`] goes on.
-    reclaim_cursor: std::sync::atomic::AtomicU32,
+    /// Where [`Engine::reclaim`] goes on (`reclaim.rs`).
+    reclaim: reclaim::ReclaimWalk,
     clock: Arc<dyn Clock>,
     io: IoCounters,
     cache_failure: Mutex<Option<String>>,
@@ -152,7 +153,7 @@ impl Engine {
             locks: StripeLocks::new(),
             slots: SlotStates::new(capacity),
             claims: claims::Claims::new(capacity),
-            reclaim_cursor: std::sync::atomic::AtomicU32::new(0),
+            reclaim: reclaim::ReclaimWalk::default(),
             clock,
             io: IoCounters::default(),
             cache_failure: Mutex::new(None),
