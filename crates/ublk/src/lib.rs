@@ -57,6 +57,7 @@
 //! [`UblkServer::start`] (and [`check_kernel_support`]) fail with
 //! [`StartError::NoKernelSupport`], whose message says what to do.
 
+mod fixed_buffers;
 pub mod params;
 pub mod pool;
 pub mod recovery;

@@ -2,6 +2,7 @@
 //! server left, see [`crate::recovery`]), run its queues, then delete it
 //! or hand it over to the next server.
 
+use crate::fixed_buffers::{self, FixedTable, TagScratch};
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
 use crate::request::{decode, execute, execute_if_quick, Request};
@@ -448,11 +449,11 @@ fn run_device(
 
 /// One tag's buffer and result slot. Shared (`Arc`) between the tag's task
 /// and the worker running its request, so that the memory outlives both.
-struct TagSlot {
+pub(crate) struct TagSlot {
     /// Registered with the kernel for this tag: the kernel copies WRITE
     /// data into it before handing over a request and copies READ data
     /// out of it when the request is committed.
-    buf: IoBuf<u8>,
+    pub(crate) buf: IoBuf<u8>,
     done: Completion,
 }
 
@@ -504,9 +505,9 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             return;
         }
     };
-    // Reads of the cache device into a tag's buffer are READ_FIXED when
-    // the buffers are registered (None: plain reads).
-    let fixed = register_tag_buffers(&queue, &slots);
+    // Reads into a tag's buffer, and a miss's IO on its scratch buffer,
+    // are READ_FIXED / WRITE_FIXED when registered (None: plain IO).
+    let table = fixed_buffers::register(&queue, &slots);
     let exe = Rc::new(smol::LocalExecutor::new());
     let served = Rc::new(Served::default());
     let mut tag_tasks = Vec::new();
@@ -518,9 +519,8 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             notifier.clone(),
             served.clone(),
         );
-        let fixed = fixed.map(|()| tag);
         tag_tasks.push(exe.spawn(async move {
-            match serve_tag(&q, tag, slot, fixed, &shared, notifier, &served).await {
+            match serve_tag(&q, tag, slot, table, &shared, notifier, &served).await {
                 Ok(()) | Err(UblkError::QueueIsDown) => {}
                 Err(e) => log::error!("ublk queue {qid} tag {tag}: {}", describe(&e)),
             }
@@ -557,55 +557,20 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
         }
     }));
     log::info!(
-        "ublk queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses",
+        "ublk queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses; registered buffers: {}",
         served.requests.get(),
         served.ring_reads.get(),
-        served.ring_misses.get()
+        served.ring_misses.get(),
+        fixed_buffers::describe(table)
     );
     drop(_drain);
     drop(exe);
     drop(queue);
-    if fixed.is_some() {
-        // Every tag task has finished: no read into the buffers is in
-        // flight. The ring outlives this function (a thread-local of
-        // libublk); the buffers do not.
-        if let Err(e) = libublk::io::with_task_io_ring_mut(|r| r.submitter().unregister_buffers()) {
-            log::debug!("ublk queue {qid}: unregistering the tags' buffers: {e}");
-        }
-    }
-}
-
-/// Registers the tags' buffers with this thread's io_uring (index = tag),
-/// so that a hit's read of the cache device into a buffer is a
-/// `READ_FIXED`: the buffer's pages are pinned once here, not on every
-/// read (in the VM lab's profile the per-read pinning, `gup_fast_fallback`
-/// and the bio's page walk, was a tenth of the queue thread's time). Some
-/// if registered; None (plain reads) if the kernel refuses, e.g. over the
-/// locked-memory limit of an unprivileged server.
-fn register_tag_buffers(queue: &UblkQueue<'_>, slots: &[Arc<TagSlot>]) -> Option<()> {
-    let iovecs: Vec<libc::iovec> = slots
-        .iter()
-        .map(|s| libc::iovec {
-            iov_base: s.buf.as_mut_ptr().cast(),
-            iov_len: s.buf.len(),
-        })
-        .collect();
-    // (The queue is made: the thread's ring is its ring.)
-    // SAFETY: each iovec is a tag's whole buffer, which lives in `slots`
-    // until `serve_queue` returns, after it unregisters them; the kernel
-    // writes into a buffer only for a READ_FIXED that `direct_read`
-    // submits for that tag's request, within the request's length.
-    let registered =
-        libublk::io::with_task_io_ring_mut(|r| unsafe { r.submitter().register_buffers(&iovecs) });
-    match registered {
-        Ok(()) => Some(()),
-        Err(e) => {
-            log::info!(
-                "ublk queue {}: tag buffers not registered ({e}); hits use plain reads",
-                queue.get_qid()
-            );
-            None
-        }
+    if table.is_some() {
+        // Every tag task has finished: no IO on the buffers is in flight.
+        // The ring outlives this function (a thread-local of libublk); the
+        // buffers do not.
+        fixed_buffers::unregister(qid);
     }
 }
 
@@ -615,16 +580,18 @@ async fn serve_tag(
     q: &UblkQueue<'_>,
     tag: u16,
     slot: Arc<TagSlot>,
-    fixed: Option<u16>,
+    table: Option<FixedTable>,
     shared: &Shared,
     notifier: Arc<Notifier>,
     served: &Served,
 ) -> Result<(), UblkError> {
     q.submit_io_prep_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), 0, Some(&slot.buf))
         .await?;
+    // This tag's buffer's index in the queue's table.
+    let fixed = table.map(|_| tag);
     // Where this tag's misses are read to and filled from (`direct_miss`),
     // made at the first one.
-    let mut scratch: Option<IoBuf<u8>> = None;
+    let mut scratch = TagScratch::new(tag, table);
     loop {
         let iod = q.get_iod(tag);
         shared.gate.busy.fetch_add(1, Ordering::SeqCst);
@@ -809,7 +776,7 @@ async fn direct_miss(
     offset: u64,
     len: u32,
     buf: &IoBuf<u8>,
-    scratch: &mut Option<IoBuf<u8>>,
+    scratch: &mut TagScratch,
 ) -> Option<i32> {
     let req = Request::Read { offset, len };
     let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
@@ -828,19 +795,23 @@ async fn direct_miss(
         let _ = miss.finish(Err(bad), None, &[]);
         return None;
     }
-    if !scratch.as_ref().is_some_and(|s| s.len() >= need) {
-        *scratch = Some(IoBuf::new(need));
-    }
-    let scratch = scratch.as_ref().expect("made above");
+    let (scratch, index) = scratch.get(need);
     let src = miss.source;
     // SAFETY: `src.len <= need <= scratch.len()`, so the kernel writes
     // inside the scratch buffer, which this tag's task owns (nothing else
     // reads or writes it). The task is never dropped with an IO in flight:
     // `serve_queue` runs the executor until every tag task has finished,
     // as for the tag buffers.
-    let sqe = opcode::Read::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32)
-        .offset(src.offset)
-        .build();
+    let sqe = match index {
+        Some(i) => {
+            opcode::ReadFixed::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32, i)
+                .offset(src.offset)
+                .build()
+        }
+        None => opcode::Read::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32)
+            .offset(src.offset)
+            .build(),
+    };
     let read = uring_result(
         ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
         src.len,
@@ -867,9 +838,16 @@ async fn direct_miss(
         Some(f) if f.len <= need && miss.begin_fill() => {
             // SAFETY: the kernel reads `f.len <= scratch.len()` bytes of
             // the scratch buffer, which nothing writes meanwhile.
-            let sqe = opcode::Write::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32)
-                .offset(f.offset)
-                .build();
+            let sqe = match index {
+                Some(i) => {
+                    opcode::WriteFixed::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32, i)
+                        .offset(f.offset)
+                        .build()
+                }
+                None => opcode::Write::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32)
+                    .offset(f.offset)
+                    .build(),
+            };
             Some(uring_result(
                 ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
                 f.len,
