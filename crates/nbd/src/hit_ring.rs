@@ -246,17 +246,24 @@ impl<'a> HitRing<'a> {
     /// bytes if the miss may fill, and finishes the miss when that is
     /// done. The reply's data is the request's bytes within the source,
     /// so nothing is copied. A miss whose request lies outside its source
-    /// ends at once, failed.
+    /// ends at once, failed. A miss whose scratch bytes fit a free
+    /// registered buffer is read and filled from that one instead
+    /// (`READ_FIXED`, `WRITE_FIXED`), and `buf` comes back unused.
     pub(crate) fn start_miss(
         &mut self,
         handle: u64,
         offset: u64,
         len: usize,
-        mut buf: Vec<u8>,
+        spare: Vec<u8>,
         miss: DirectMiss<'a>,
-    ) {
+    ) -> Option<Vec<u8>> {
         let need = miss.scratch_len();
+        let (mut buf, fixed, unused) = match self.fixed.as_ref().and_then(|f| f.take(need)) {
+            Some((index, registered)) => (registered, Some(index), Some(spare)),
+            None => (spare, None, None),
+        };
         if buf.len() < need + ALIGN {
+            debug_assert!(fixed.is_none(), "a registered buffer must not move");
             buf.resize(need + ALIGN, 0);
         }
         let start = buf.as_ptr().align_offset(ALIGN);
@@ -272,7 +279,7 @@ impl<'a> HitRing<'a> {
             offset,
             len,
             buf,
-            fixed: None,
+            fixed,
             start,
             op: Op::Miss {
                 miss,
@@ -283,16 +290,23 @@ impl<'a> HitRing<'a> {
         });
         if bad {
             self.queue(opcode::Nop::new().build().user_data((slot as u64) << 32));
-            return;
+            return unused;
         }
         // SAFETY: the buffer holds `start + need` bytes and `src.len <=
         // need`, so the kernel writes inside it; it lives in `slots[slot]`
         // until the completion is reaped, nobody else touches it, and
-        // `Drop` waits for every IO in flight.
-        let sqe = opcode::Read::new(types::Fd(src.fd), data, src.len as u32)
-            .offset(src.offset)
-            .build();
+        // `Drop` waits for every IO in flight. A registered buffer is read
+        // into at the memory registered under its index.
+        let sqe = match fixed {
+            Some(index) => opcode::ReadFixed::new(types::Fd(src.fd), data, src.len as u32, index)
+                .offset(src.offset)
+                .build(),
+            None => opcode::Read::new(types::Fd(src.fd), data, src.len as u32)
+                .offset(src.offset)
+                .build(),
+        };
         self.queue(sqe.user_data(((slot as u64) << 32) | src.len as u64));
+        unused
     }
 
     /// A free slot for an IO in flight.
@@ -418,9 +432,19 @@ impl<'a> HitRing<'a> {
                         // the buffer, which stays in its slot, untouched,
                         // until this write's completion is reaped.
                         let data = hit.buf[hit.start..].as_ptr();
-                        let sqe = opcode::Write::new(types::Fd(fill.fd), data, fill.len as u32)
+                        let sqe = match hit.fixed {
+                            Some(index) => opcode::WriteFixed::new(
+                                types::Fd(fill.fd),
+                                data,
+                                fill.len as u32,
+                                index,
+                            )
                             .offset(fill.offset)
-                            .build();
+                            .build(),
+                            None => opcode::Write::new(types::Fd(fill.fd), data, fill.len as u32)
+                                .offset(fill.offset)
+                                .build(),
+                        };
                         self.queue(sqe.user_data(((slot as u64) << 32) | fill.len as u64));
                         continue;
                     }
@@ -583,6 +607,11 @@ mod tests {
             let f = &done[0];
             assert!(f.result.is_ok());
             assert_eq!((f.handle, f.offset, f.len), (7, 9216, 1024));
+            assert_eq!(
+                f.fixed.is_some(),
+                ring.fixed_bufs().is_some(),
+                "read and filled through a registered buffer when the ring has them"
+            );
             assert_eq!(&f.buf[f.start..f.start + f.len], &backing[9216..10240]);
             assert!(calls.fill_asked.get());
             let (read_ok, fill, scratch) = calls.finished.borrow_mut().take().unwrap();

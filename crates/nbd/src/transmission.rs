@@ -420,7 +420,7 @@ impl<'a> Conn<'a> {
                                     None
                                 });
                             if let Some(miss) = miss {
-                                r.start_miss(handle, offset, len as usize, buf, miss);
+                                side.stash = r.start_miss(handle, offset, len as usize, buf, miss);
                                 continue;
                             }
                         }
