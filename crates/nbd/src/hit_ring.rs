@@ -171,14 +171,7 @@ impl<'a> HitRing<'a> {
         spare: Vec<u8>,
         read: DirectRead<'a>,
     ) -> Option<Vec<u8>> {
-        let (mut buf, fixed, unused) = match self.fixed.as_ref().and_then(|f| f.take(len)) {
-            Some((index, registered)) => (registered, Some(index), Some(spare)),
-            None => (spare, None, None),
-        };
-        if buf.len() < len + ALIGN {
-            debug_assert!(fixed.is_none(), "a registered buffer must not move");
-            buf.resize(len + ALIGN, 0);
-        }
+        let (mut buf, fixed, unused) = self.buffer_for(len, spare);
         let start = buf.as_ptr().align_offset(ALIGN);
         let bad = read
             .pieces
@@ -257,15 +250,7 @@ impl<'a> HitRing<'a> {
         spare: Vec<u8>,
         miss: DirectMiss<'a>,
     ) -> Option<Vec<u8>> {
-        let need = miss.scratch_len();
-        let (mut buf, fixed, unused) = match self.fixed.as_ref().and_then(|f| f.take(need)) {
-            Some((index, registered)) => (registered, Some(index), Some(spare)),
-            None => (spare, None, None),
-        };
-        if buf.len() < need + ALIGN {
-            debug_assert!(fixed.is_none(), "a registered buffer must not move");
-            buf.resize(need + ALIGN, 0);
-        }
+        let (mut buf, fixed, unused) = self.buffer_for(miss.scratch_len(), spare);
         let start = buf.as_ptr().align_offset(ALIGN);
         let src = miss.source;
         let bad = miss
@@ -292,8 +277,8 @@ impl<'a> HitRing<'a> {
             self.queue(opcode::Nop::new().build().user_data((slot as u64) << 32));
             return unused;
         }
-        // SAFETY: the buffer holds `start + need` bytes and `src.len <=
-        // need`, so the kernel writes inside it; it lives in `slots[slot]`
+        // SAFETY: the buffer holds `start + scratch_len()` bytes and `src.len <=
+        // scratch_len()`, so the kernel writes inside it; it lives in `slots[slot]`
         // until the completion is reaped, nobody else touches it, and
         // `Drop` waits for every IO in flight. A registered buffer is read
         // into at the memory registered under its index.
@@ -307,6 +292,21 @@ impl<'a> HitRing<'a> {
         };
         self.queue(sqe.user_data(((slot as u64) << 32) | src.len as u64));
         unused
+    }
+
+    /// A buffer for `len` bytes at an [`ALIGN`]ed start: a free registered
+    /// one (with its index) if one fits, and then `spare` back unused;
+    /// else `spare`, grown if it must be.
+    fn buffer_for(&self, len: usize, spare: Vec<u8>) -> (Vec<u8>, Option<u16>, Option<Vec<u8>>) {
+        let (mut buf, fixed, unused) = match self.fixed.as_ref().and_then(|f| f.take(len)) {
+            Some((index, registered)) => (registered, Some(index), Some(spare)),
+            None => (spare, None, None),
+        };
+        if buf.len() < len + ALIGN {
+            debug_assert!(fixed.is_none(), "a registered buffer must not move");
+            buf.resize(len + ALIGN, 0);
+        }
+        (buf, fixed, unused)
     }
 
     /// A free slot for an IO in flight.
