@@ -16,10 +16,13 @@ deps:
 	./scripts/install-deps.sh
 	rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# The docs are built in the release profile too, so they reuse the
+# dependencies clippy has just checked (in the dev profile they were checked
+# again: 110 s against 36 s).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --release --workspace --no-deps --quiet
 
 # Every tool a test needs is installed by `deps`, so under `make test` a test
 # that finds one missing fails instead of skipping (crates/testkit).

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 CARGO="${CARGO:-cargo}"
 target="${CARGO_TARGET_DIR:-target}"
 scripts/python-deps.sh
-"$CARGO" build --release --quiet -p tiercache --bin tiercache
+CARGO="$CARGO" scripts/build-cli.sh
 rm -f "$target"/wheels/tiercache-*.whl
 .venv/bin/maturin build --release --quiet -i .venv/bin/python \
   -m crates/python/Cargo.toml --out "$target/wheels"

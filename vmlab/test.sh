@@ -15,7 +15,7 @@
 #      kill -9 and takeover, attach and detach, a failing backing device).
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
-# (e.g. "--features ublk").
+# (e.g. "--features tiercache/ublk").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 repo="$(pwd)"
@@ -40,7 +40,7 @@ t_image=$(($(date +%s) - t0))
 
 t0=$(date +%s)
 # shellcheck disable=SC2086
-$CARGO build --release -p tiercache ${VMLAB_CARGO_FLAGS:-} || exit 1
+CARGO="$CARGO" ./scripts/build-cli.sh ${VMLAB_CARGO_FLAGS:-} || exit 1
 t_build=$(($(date +%s) - t0))
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$repo/$target" ;; esac
