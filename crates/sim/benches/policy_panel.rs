@@ -28,7 +28,10 @@
 //!
 //! Environment: `POLICY_PANEL_TRACES` (the panel folder, default
 //! `../shared/traces` from the workspace root; the bench fails if it is
-//! missing, and skips with a message a trace folder that is missing),
+//! missing, and skips with a message a trace folder that is missing; any
+//! other folder in it holding a `blocks.csv.zst` runs too, after the four,
+//! in name order: a folder of traces the policies were not tuned on is a
+//! hold-out check),
 //! `POLICY_PANEL_ONLY` (comma-separated trace names to run),
 //! `POLICY_PANEL_SIZES` (comma-separated cache sizes in % of the footprint
 //! instead of 1,5,10,25,50),
@@ -100,6 +103,23 @@ fn columns() -> Vec<String> {
     v.push("opt".into());
     v.push("opt-bypass".into());
     v
+}
+
+/// The panel's four traces, then every other folder of `dir` that holds a
+/// `blocks.csv.zst`, by name.
+fn traces(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = TRACES.iter().map(|t| t.to_string()).collect();
+    let mut others: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("blocks.csv.zst").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !TRACES.contains(&n.as_str()))
+        .collect();
+    others.sort();
+    names.extend(others);
+    names
 }
 
 fn workspace_root() -> PathBuf {
@@ -455,7 +475,8 @@ fn main() {
     let out = out_dir();
     std::fs::create_dir_all(&out).expect("create the output folder");
     let mut results = Vec::new();
-    for name in TRACES {
+    for name in traces(&dir) {
+        let name = name.as_str();
         if only.as_ref().is_some_and(|o| !o.iter().any(|t| t == name)) {
             continue;
         }
