@@ -36,6 +36,14 @@ use tiercache_types::{Access, CacheBlock, CacheMode, OriginBlock, Time, VolumeId
 /// Block references between two settings of the pool's targets.
 const TARGET_EPOCH: u64 = 4096;
 
+/// Block references before the first setting of the pool's targets: an
+/// epoch, or one cache's worth if that is sooner, so that a small cache is
+/// steered from about when it first fills (until the first split no volume
+/// has a target and nothing is steered).
+fn first_target_epoch(capacity: u32) -> u64 {
+    TARGET_EPOCH.min(u64::from(capacity).max(1))
+}
+
 /// Static parameters of a director.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DirectorConfig {
@@ -255,7 +263,7 @@ impl Director {
                 sharing::CURVE_REACH * cfg.capacity.max(1) as u64,
             ),
         };
-        d.epoch_left = TARGET_EPOCH;
+        d.epoch_left = first_target_epoch(cfg.capacity);
         d.decay_left = d.decay_len();
         d.attach_volume(VolumeId(0), cfg.mode, cfg.sequential_cutoff);
         d

@@ -248,3 +248,23 @@ fn the_gain_of_more_space_is_read_off_the_live_curve() {
     assert!(gains > 0.7, "the other gains {gains} from 700 blocks");
     assert!(little < 0.1, "the other gains {little} from 50 blocks");
 }
+
+/// The first targets come after one cache's worth of block references when
+/// that is sooner than an epoch (4096): a small cache is steered from about
+/// when it first fills, a large one after an epoch as before.
+#[test]
+fn the_first_targets_come_when_a_small_cache_has_filled() {
+    for (capacity, first) in [(200u32, 200u64), (1000, 1000), (8192, 4096)] {
+        let mut d = pool(capacity, ReplacementKind::Lru, true, 2);
+        let mut refs = 0u64;
+        while d.volume_target(VolumeId(0)).is_none() {
+            assert!(refs < 10_000, "no target after {refs} references");
+            read(&mut d, (refs % 2) as u16, refs, refs);
+            refs += 1;
+        }
+        assert_eq!(
+            refs, first,
+            "capacity {capacity}: first targets after {refs} references"
+        );
+    }
+}
