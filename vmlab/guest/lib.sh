@@ -4,8 +4,24 @@
 
 set -euo pipefail
 
-# step TEXT: a visible, timestamped progress line on the console.
-step() { echo "[vmlab +$(cut -d' ' -f1 /proc/uptime)s boot $VMLAB_BOOT] $*"; }
+# step TEXT: a visible, timestamped progress line on the console. Builtins
+# only: under TCG, with a load running, every process a script starts can
+# cost a second.
+step() {
+  local up _
+  read -r up _ </proc/uptime
+  echo "[vmlab +${up}s boot $VMLAB_BOOT] $*"
+}
+
+# nap SECONDS: sleep without starting a process (`sleep` is one): a read
+# with a timeout on a FIFO that nobody writes.
+nap() {
+  if [ -z "${VMLAB_NAP_FD:-}" ]; then
+    [ -p /run/vmlab-nap ] || mkfifo /run/vmlab-nap
+    exec {VMLAB_NAP_FD}<>/run/vmlab-nap
+  fi
+  read -r -t "$1" -u "$VMLAB_NAP_FD" _ || true
+}
 
 # fail TEXT: print and exit 1.
 fail() { echo "FAIL: $*"; exit 1; }

@@ -32,6 +32,7 @@ pub mod fiojob;
 pub mod idmap;
 pub mod mrc;
 pub mod opt;
+#[cfg(feature = "plot")]
 pub mod plot;
 pub mod pool;
 pub mod report;

@@ -258,9 +258,22 @@ pub fn write_outputs(r: &SimReport, out: &OutputPaths) -> Result<String> {
         std::fs::write(p, to_json(r)).map_err(|e| Error::io(&p.display().to_string(), e))?;
     }
     if let Some(p) = &out.png {
-        crate::plot::write_png(r, p)?;
+        write_png(r, p)?;
     }
     Ok(render_table(r))
+}
+
+#[cfg(feature = "plot")]
+fn write_png(r: &SimReport, path: &Path) -> Result<()> {
+    crate::plot::write_png(r, path)
+}
+
+#[cfg(not(feature = "plot"))]
+fn write_png(_: &SimReport, path: &Path) -> Result<()> {
+    Err(Error::Plot(format!(
+        "cannot write {}: tiercache-sim was built without its `plot` feature",
+        path.display()
+    )))
 }
 
 /// For callers that only have a path.
