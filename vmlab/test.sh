@@ -61,7 +61,9 @@ jobs="${VMLAB_JOBS:-$(nproc 2>/dev/null || echo 1)}"
 disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 # shellcheck disable=SC2054
 pool_disks=(--disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M --disk ssd=48M)
-# Longest first, so the lanes end together: "NAME run.sh-arguments...".
+# In an order that ends the two lanes together: ublk (about 250 s) then nbd
+# (180) in one, ublk-restart (160), nbd-restart (130) and ublk-pool (140)
+# in the other (2026-11-28). "NAME run.sh-arguments...".
 tests=(
   "ublk-restart --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
   "ublk --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
