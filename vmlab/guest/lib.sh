@@ -48,7 +48,20 @@ wait_for_path() {
   while [ ! -e "$path" ]; do
     i=$((i + 1))
     [ "$i" -le $((limit * 10)) ] || fail "$path did not appear within ${limit}s"
-    sleep 0.1
+    nap 0.1
+  done
+}
+
+# wait_for_server PID SOCKET LOG: until the tiercache server PID has bound
+# its control socket SOCKET (it does once its devices serve); fails, with
+# the end of LOG, if the server exits first or 120 s pass.
+wait_for_server() {
+  local pid=$1 socket=$2 log=$3 i=0
+  while [ ! -S "$socket" ]; do
+    kill -0 "$pid" 2>/dev/null || { tail -n 20 "$log"; fail "tiercache exited while starting"; }
+    i=$((i + 1))
+    [ "$i" -lt 1200 ] || fail "no control socket 120 s after starting tiercache"
+    nap 0.1
   done
 }
 

@@ -52,13 +52,7 @@ start_server() {
   "$bin" serve --backing "$HDD" --cache "$SSD" "${TC_OPTIONS[@]}" --control "$TC_CONTROL" \
     "${SERVE_FRONT[@]}" "$@" >>"$LOG" 2>&1 &
   TC_PID=$!
-  local i=0
-  while [ ! -S "$TC_CONTROL" ]; do
-    kill -0 "$TC_PID" 2>/dev/null || { tail -n 20 "$LOG"; fail "tiercache exited while starting"; }
-    i=$((i + 1))
-    [ "$i" -lt 1200 ] || fail "no control socket 120 s after starting tiercache"
-    nap 0.1
-  done
+  wait_for_server "$TC_PID" "$TC_CONTROL" "$LOG"
 }
 
 # The probe's completions: seconds since the epoch with microseconds, one

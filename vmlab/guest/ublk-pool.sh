@@ -63,13 +63,7 @@ start_server() {
     --mode writeback --admission always --sequential-cutoff 0 --writeback-target 0.9 \
     --control "$CONTROL" --ublk --ublk-queues 1 --ublk-depth 32 "$@" >>"$LOG" 2>&1 &
   TC_PID=$!
-  local i=0
-  while [ ! -S "$CONTROL" ]; do
-    kill -0 "$TC_PID" 2>/dev/null || { tail -n 20 "$LOG"; fail "tiercache exited while starting"; }
-    i=$((i + 1))
-    [ "$i" -lt 1200 ] || fail "no control socket 120 s after starting tiercache"
-    sleep 0.1
-  done
+  wait_for_server "$TC_PID" "$CONTROL" "$LOG"
 }
 
 # devices_announced: DEV[name] from the last server's announcements (it
