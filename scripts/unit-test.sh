@@ -8,11 +8,12 @@
 # builds them (`--no-run`), then they run UNIT_JOBS at a time (default: the
 # number of CPUs, at most 2), each as cargo would run it: from its
 # package's directory, with CARGO_MANIFEST_DIR and CARGO_PKG_NAME set, and
-# the arguments given to this script (e.g. a test name filter). Each
+# the arguments given to this script, which are libtest's (what follows
+# `--` for cargo test: a test name filter, --nocapture, ...). Each
 # binary's output is printed whole when it ends, in cargo's format
-# ("Running ...", then the libtest report), so logs do not interleave.
-# The doc tests run last (`cargo test --doc`).
-# Exits non-zero if any binary or the doc tests failed.
+# ("Running ...", then the libtest report), so logs do not interleave;
+# then the five slowest binaries. The doc tests run last (`cargo test
+# --doc`). Exits non-zero if any binary or the doc tests failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 CARGO="${CARGO:-cargo}"
@@ -87,17 +88,18 @@ done
 wait
 
 failed=()
+times=()
 for ((i = 0; i < ${#binaries[@]}; i++)); do
   cat "$logs/$i.log"
-  read -r status _ <"$logs/$i.status"
-  if [ "$status" != 0 ]; then
-    read -r exe _ <<<"${binaries[$i]}"
-    failed+=("$(basename "$exe") (status $status)")
-  fi
+  read -r status secs <"$logs/$i.status"
+  read -r exe dir _ src <<<"${binaries[$i]}"
+  times+=("$secs s $(basename "$dir")/$src")
+  [ "$status" = 0 ] || failed+=("$(basename "$exe") (status $status)")
 done
-echo "unit-test: ${#binaries[@]} test binaries, ${jobs} at a time, in $(($(date +%s) - t0)) s"
+echo "unit-test: ${#binaries[@]} test binaries, ${jobs} at a time, in $(($(date +%s) - t0)) s; the slowest:"
+printf '%s\n' "${times[@]}" | sort -rn | head -n 5 | sed 's/^/  /'
 
-if ! $CARGO test --workspace --release --doc "$@"; then
+if ! $CARGO test --workspace --release --doc -- "$@"; then
   failed+=("doc tests")
 fi
 if [ ${#failed[@]} -gt 0 ]; then
