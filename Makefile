@@ -26,8 +26,9 @@ lint:
 
 # Every tool a test needs is installed by `deps`, so under `make test` a test
 # that finds one missing fails instead of skipping (crates/testkit).
-# `cargo test --workspace --release`, with the test binaries two at a time
-# (scripts/unit-test.sh: many of them mostly wait, 235 s one by one, 130 s).
+# `cargo test --workspace --release` (scripts/unit-test.sh: the slowest
+# binaries listed after the run; UNIT_JOBS=2 runs two at a time, 235 s ->
+# 130 s, not yet the default: see the script).
 unit:
 	TIERCACHE_REQUIRE_TOOLS=1 CARGO="$(CARGO)" ./scripts/unit-test.sh
 
