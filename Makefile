@@ -26,9 +26,9 @@ lint:
 
 # Every tool a test needs is installed by `deps`, so under `make test` a test
 # that finds one missing fails instead of skipping (crates/testkit).
-# `cargo test --workspace --release` (scripts/unit-test.sh: the slowest
-# binaries listed after the run; UNIT_JOBS=2 runs two at a time, 235 s ->
-# 130 s, not yet the default: see the script).
+# `cargo test --workspace --release` (scripts/unit-test.sh: the test
+# binaries two at a time, 235 s -> 130 s, UNIT_JOBS=1 for one at a time;
+# the slowest binaries listed after the run).
 unit:
 	TIERCACHE_REQUIRE_TOOLS=1 CARGO="$(CARGO)" ./scripts/unit-test.sh
 
