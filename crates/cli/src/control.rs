@@ -97,6 +97,9 @@ pub struct ControlTarget {
     pub detached: Arc<AtomicBool>,
     /// Called after a detach to wake the main loop.
     pub on_detach: Box<dyn Fn() + Send + Sync>,
+    /// Recordings in progress (`tiercache trace`), ended by a stopping
+    /// server.
+    pub recordings: Arc<crate::recording::Recordings>,
 }
 
 /// Binds the control socket at `path` with mode 0600. A stale socket file
@@ -289,17 +292,31 @@ fn handle(conn: UnixStream, t: &ControlTarget) -> Result<()> {
                 },
             }
         }
-        Request::Trace(tr) => match crate::recording::record(&t.engine, &tr, |done, total| {
-            send(&mut w, &Reply::Progress { done, total }).is_ok()
-        }) {
-            Ok(summary) => {
-                log::info!("{summary}");
-                Reply::Traced(summary)
-            }
-            Err(e) => Reply::Error {
-                message: format!("trace: {e:#}"),
-            },
-        },
+        Request::Trace(tr) => {
+            // Held until the reply is sent, so that a stopping server
+            // waits for it.
+            let Some(_active) = t.recordings.begin() else {
+                return send(
+                    &mut w,
+                    &Reply::Error {
+                        message: "trace: the server is stopping".into(),
+                    },
+                );
+            };
+            let reply =
+                match crate::recording::record(&t.engine, &t.recordings, &tr, |done, total| {
+                    send(&mut w, &Reply::Progress { done, total }).is_ok()
+                }) {
+                    Ok(summary) => {
+                        log::info!("{summary}");
+                        Reply::Traced(summary)
+                    }
+                    Err(e) => Reply::Error {
+                        message: format!("trace: {e:#}"),
+                    },
+                };
+            return send(&mut w, &reply);
+        }
         Request::Flush | Request::Detach => {
             let detach = req == Request::Detach;
             if detach {

@@ -4,13 +4,17 @@
 //! pushes into, never waiting), keeps the sampled blocks (SHARDS-style, by
 //! a hash of the block) and writes them zstd compressed to the file, at the
 //! absolute path the client gave. A client that goes away (Ctrl-C) ends the
-//! recording at the next progress line, with the file complete.
+//! recording at the next progress line, with the file complete; so does a
+//! server that stops or hands over (SIGTERM, an upgrade): it ends every
+//! recording through [`Recordings`] and waits for the files and the
+//! replies before it exits.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::BufWriter;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 use tiercache_engine::{Engine, TracedOp};
 use tiercache_sim::trace::recorded::{
@@ -44,6 +48,72 @@ pub struct TraceSummary {
     pub sample_rate: f64,
     /// Size of the file.
     pub bytes: u64,
+    /// The server stopped before the seconds asked were over (the file
+    /// holds what came until then).
+    #[serde(default)]
+    pub server_stopped: bool,
+}
+
+/// The server's recordings in progress, so that a stopping server can end
+/// them with their files complete instead of exiting under them.
+#[derive(Default)]
+pub struct Recordings {
+    stopping: AtomicBool,
+    active: Mutex<usize>,
+    ended: Condvar,
+}
+
+/// A recording in progress, from its start to its reply (see
+/// [`Recordings::begin`]).
+pub struct Active<'a>(&'a Recordings);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        *self.0.count() -= 1;
+        self.0.ended.notify_all();
+    }
+}
+
+impl Recordings {
+    fn count(&self) -> MutexGuard<'_, usize> {
+        // A count is always valid, even if a holder panicked.
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new recording, held until its reply is sent; `None` once the
+    /// server is stopping.
+    pub fn begin(&self) -> Option<Active<'_>> {
+        let mut n = self.count();
+        if self.stopping.load(Ordering::SeqCst) {
+            return None;
+        }
+        *n += 1;
+        Some(Active(self))
+    }
+
+    /// Whether recordings should end now.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Ends every recording and waits up to `limit` for them to finish
+    /// their files and replies. Returns how many were still running.
+    pub fn end_all(&self, limit: Duration) -> usize {
+        let deadline = Instant::now() + limit;
+        let mut n = self.count();
+        self.stopping.store(true, Ordering::SeqCst);
+        while *n > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            n = match self.ended.wait_timeout(n, left) {
+                Ok((n, _)) => n,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        *n
+    }
 }
 
 impl std::fmt::Display for TraceSummary {
@@ -59,7 +129,11 @@ impl std::fmt::Display for TraceSummary {
             self.sample_rate,
             self.out.display(),
             self.bytes
-        )
+        )?;
+        if self.server_stopped {
+            write!(f, "; the server stopped before the time asked was over")?;
+        }
+        Ok(())
     }
 }
 /// How long the writer sleeps when the queue is empty.
@@ -67,9 +141,10 @@ const IDLE_WAIT: Duration = Duration::from_millis(2);
 
 /// The server's side: records for `req.seconds` (or until `progress`,
 /// called about once a second with the seconds done and asked, returns
-/// `false`), writing the file.
+/// `false`, or until `recordings` is stopping), writing the file.
 pub fn record(
     engine: &Arc<Engine>,
+    recordings: &Recordings,
     req: &TraceRequest,
     mut progress: impl FnMut(u64, u64) -> bool,
 ) -> Result<TraceSummary> {
@@ -104,6 +179,7 @@ pub fn record(
     let asked = Duration::from_secs_f64(req.seconds);
     let started = Instant::now();
     let mut reported_s = 0;
+    let mut server_stopped = false;
     let take = |w: &mut RecordedWriter<_>| -> Result<bool> {
         let mut any = false;
         while let Some(r) = rec.next_request() {
@@ -138,6 +214,10 @@ pub fn record(
         if elapsed >= asked {
             break;
         }
+        if recordings.stopping() {
+            server_stopped = true;
+            break;
+        }
         let whole_s = elapsed.as_secs();
         if whole_s > reported_s {
             reported_s = whole_s;
@@ -169,5 +249,6 @@ pub fn record(
         records,
         sample_rate: header.sample_rate(),
         bytes,
+        server_stopped,
     })
 }

@@ -240,6 +240,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     let detached = Arc::new(AtomicBool::new(false));
     let ctl = control::bind(&s.control)?;
     let stop2 = stop.clone();
+    let recordings = Arc::new(crate::recording::Recordings::default());
     control::serve(
         ctl,
         Arc::new(ControlTarget {
@@ -262,11 +263,18 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             },
             detached: detached.clone(),
             on_detach: Box::new(move || stop2.store(true, Ordering::SeqCst)),
+            recordings: recordings.clone(),
         }),
     );
     announce(s, &front);
 
     let hand_over = signals.wait(&front) && !detached.load(Ordering::SeqCst);
+    // A recording in progress ends now with its file complete, and its
+    // client gets its summary, before the server goes.
+    let unfinished = recordings.end_all(RECORDINGS_GRACE);
+    if unfinished > 0 {
+        log::warn!("{unfinished} recordings did not finish in {RECORDINGS_GRACE:?}");
+    }
     let device = front.device_name();
     if hand_over {
         log::info!("handing over {device}: finishing the requests being run");
@@ -308,6 +316,10 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     }
     Ok(())
 }
+
+/// How long a stopping server waits for recordings in progress to write
+/// the rest of their files.
+const RECORDINGS_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves the backing device alone (no cache): a baseline for comparisons.
 fn run_uncached(

@@ -3,7 +3,7 @@
 //! (count, offsets, lengths, reads and writes: compared with fio's own
 //! iolog of the same run), `tiercache sim` runs on it, and a sampled
 //! recording of the same job keeps exactly the requests of the sampled
-//! blocks.
+//! blocks; a server stopped while it records still completes the file.
 
 mod common;
 
@@ -253,4 +253,44 @@ fn a_recording_of_one_volume_of_a_pool_holds_that_volume_alone() {
     let raw = zstd::decode_all(std::fs::File::open(&out).unwrap()).unwrap();
     let (header, _) = RecordedHeader::decode(&raw).unwrap();
     assert_eq!(header.volumes, vec![(1, "vm-b".to_string())]);
+}
+
+#[test]
+fn a_server_stopped_while_recording_completes_the_file_and_answers() {
+    let t = "a_server_stopped_while_recording_completes_the_file_and_answers";
+    if !have("fio", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    sparse_file(&dir.path().join("backing.img"), 64 * MIB);
+    sparse_file(&dir.path().join("cache.img"), 8 * MIB);
+    let mut s = Served::start(
+        bin(),
+        dir.path(),
+        &["--block-size", "4k", "--sequential-cutoff", "0"],
+    );
+    let out = dir.path().join("cut.trace");
+    let child = start_trace(&s, &out, &[]);
+    let fio_log = dir.path().join("fio.iolog");
+    let (reads, writes) = fio(&s, &fio_log);
+    assert_eq!(reads + writes, IOS as u64);
+    // SIGTERM long before the 20 s asked are over.
+    s.stop();
+    let done = child.wait_with_output().unwrap();
+    let line = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "trace failed: {line} {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        line.starts_with(&format!("recorded {IOS} requests in "))
+            && line.contains("the server stopped before the time asked was over"),
+        "{line}"
+    );
+    // The file is whole: every request fio made, as fio logged them.
+    assert_eq!(
+        requests(&out, None),
+        requests(&fio_log, Some(TraceFormat::Fio))
+    );
 }
