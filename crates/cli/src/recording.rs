@@ -252,3 +252,33 @@ pub fn record(
         server_stopped,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopping_server_waits_for_recordings_and_starts_no_new_one() {
+        let r = Recordings::default();
+        let active = r.begin().expect("not stopping yet");
+        assert!(!r.stopping());
+        std::thread::scope(|s| {
+            // A recording that ends a little after the server asks.
+            s.spawn(|| {
+                while !r.stopping() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                drop(active);
+            });
+            let t = Instant::now();
+            assert_eq!(r.end_all(Duration::from_secs(10)), 0, "every one finished");
+            assert!(t.elapsed() >= Duration::from_millis(50), "it waited");
+        });
+        assert!(r.begin().is_none(), "no recording starts once stopping");
+        // One that never ends is given up on after the limit.
+        let stuck = Recordings::default();
+        let _held = stuck.begin().unwrap();
+        assert_eq!(stuck.end_all(Duration::from_millis(20)), 1);
+    }
+}
