@@ -15,11 +15,15 @@
 //! 4. **shared, scanner off**: as 1, without the scanner's job, to show
 //!    what the scanner costs the other volumes.
 //!
-//! Each run starts from blank cache files, warms up for half the runtime
-//! with the same jobs, then measures for `--runtime` seconds: fio's IOPS
-//! and p99 per job, and the server's per-volume counters (`tiercache stats
-//! --json`, its `volumes` list; a slice's server has one volume, its
-//! top-level counters) over the measured run only.
+//! Each run starts from blank cache files and is one fio run: the jobs
+//! warm up for half the runtime (fio's `ramp_time`), then are measured for
+//! `--runtime` seconds, continuing their request sequences (a warm-up run
+//! of its own would have been replayed at the measured run's start: fio
+//! starts each run of a job from the same random state). Measured: fio's
+//! IOPS and p99 per job, and the server's per-volume counters (`tiercache
+//! stats --json`, its `volumes` list; a slice's server has one volume, its
+//! top-level counters) from the warm-up's end (read then, give or take
+//! fio's start-up) to the run's.
 //!
 //! `--rounds` rounds (default 3) each run every configuration once, the
 //! order rotated each round (see `pool_rounds.rs`); the split of 3 comes
@@ -27,7 +31,7 @@
 //! judged on each configuration's medians over the rounds.
 
 use crate::files::{blank_device_file, sparse_file};
-use crate::pool_jobs::{job_file, run_jobs, workloads, JobMeasured, Workload};
+use crate::pool_jobs::{job_file, run_jobs_observed, workloads, JobMeasured, Workload};
 use crate::pool_report::{
     self, PoolResults, PoolRun, PoolSettings, SimSplit, VolumeCounters, VolumeResult, BEST, LABELS,
     NO_SCAN, SHARED, SLICES,
@@ -41,6 +45,7 @@ use crate::variant::variants;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// Smallest cache slice: room for tiercache's metadata and some blocks.
 const MIN_SLICE: u64 = 2 << 20;
@@ -359,15 +364,16 @@ impl Pool {
         finish(label, &jobs, &measured, &before, &after, others)
     }
 
-    /// Warms up (half the runtime), then measures `jobs` with the
-    /// counters before and after and the CPU others used.
+    /// Runs `jobs` in one fio run: a warm-up (half the runtime, fio's
+    /// `ramp_time`), then the measured runtime; with the counters read at
+    /// the warm-up's end and the run's, and the CPU others used between.
     #[allow(clippy::type_complexity)]
     fn measure(
         &self,
         jobs: &[&Workload],
         uri: &dyn Fn(&str) -> String,
         pids: &[u32],
-        stats: &dyn Fn() -> Result<Vec<(String, VolumeCounters)>>,
+        stats: &(dyn Fn() -> Result<Vec<(String, VolumeCounters)>> + Sync),
     ) -> Result<(
         Vec<(String, JobMeasured)>,
         Vec<(String, VolumeCounters)>,
@@ -375,12 +381,21 @@ impl Pool {
         Option<f64>,
     )> {
         let size = self.st.volume_size;
-        let warm = job_file(jobs, size, self.st.warmup, uri);
-        run_jobs(&warm, &self.work.join("warmup.fio")).context("warming up")?;
-        let before = stats()?;
-        let meter = CpuMeter::start(pids);
-        let text = job_file(jobs, size, self.st.runtime, uri);
-        let measured = run_jobs(&text, &self.work.join("measured.fio"))?;
+        let text = job_file(jobs, size, self.st.warmup, self.st.runtime, uri);
+        let mut at_ramp_end = None;
+        let measured = run_jobs_observed(
+            &text,
+            &self.work.join("measured.fio"),
+            Duration::from_secs(self.st.warmup),
+            |fio| {
+                // fio's CPU so far is the warm-up's: counted as ours now,
+                // and all of it once fio is reaped.
+                let with_fio: Vec<u32> = pids.iter().copied().chain([fio]).collect();
+                at_ramp_end = Some((stats(), CpuMeter::start(&with_fio)));
+            },
+        )?;
+        let (before, meter) = at_ramp_end.context("fio ended before its warm-up did")?;
+        let before = before.context("reading the counters at the warm-up's end")?;
         let others = meter.others_share(pids);
         let after = stats()?;
         Ok((measured, before, after, others))

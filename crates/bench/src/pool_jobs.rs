@@ -6,7 +6,9 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// One volume's workload: its fio job, by name (also the volume's name
 /// and NBD export).
@@ -98,16 +100,23 @@ pub fn workloads() -> Vec<Workload> {
 
 /// A fio job file running `jobs` at once for `runtime` seconds: job
 /// `name` on `uris(name)`, over the first `size` bytes of its export.
+///
+/// The first `ramp` seconds are fio's `ramp_time`: the jobs run, fio
+/// counts nothing, and the measured `runtime` seconds follow in the same
+/// run, so they continue the jobs' request sequences. (A warm-up run of
+/// its own would be replayed: fio starts every run of a job from the same
+/// random state.)
 pub fn job_file(
     jobs: &[&Workload],
     size: u64,
+    ramp: u64,
     runtime: u64,
     uri: &dyn Fn(&str) -> String,
 ) -> String {
     let mut f = String::new();
     let _ = writeln!(
         f,
-        "[global]\nioengine=nbd\ntime_based=1\nruntime={runtime}\nsize={size}\npercentile_list=50:99:99.9\n"
+        "[global]\nioengine=nbd\ntime_based=1\nramp_time={ramp}\nruntime={runtime}\nsize={size}\npercentile_list=50:99:99.9\n"
     );
     for w in jobs {
         let _ = writeln!(f, "[{}]", w.name);
@@ -136,17 +145,47 @@ pub struct JobMeasured {
 }
 
 /// Runs the job file `text` (written to `path`), fio's JSON output next
-/// to it, and returns each job's figures by name.
-pub fn run_jobs(text: &str, path: &Path) -> Result<Vec<(String, JobMeasured)>> {
+/// to it, and returns each job's figures by name. Calls `observe` with
+/// fio's pid `at` after fio started (on another thread; not at all if fio
+/// ended first): the end of the job file's `ramp_time`, give or take
+/// fio's start-up.
+pub fn run_jobs_observed(
+    text: &str,
+    path: &Path,
+    at: Duration,
+    observe: impl FnOnce(u32) + Send,
+) -> Result<Vec<(String, JobMeasured)>> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     let json = path.with_extension("json");
     let _ = std::fs::remove_file(&json);
-    let out = Command::new("fio")
+    let child = Command::new("fio")
         .arg("--output-format=json")
         .arg(format!("--output={}", json.display()))
         .arg(path)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("running fio (is it installed? `make deps`)")?;
+    let pid = child.id();
+    let done = AtomicBool::new(false);
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            let start = Instant::now();
+            while start.elapsed() < at {
+                if done.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10).min(at - start.elapsed()));
+            }
+            if !done.load(Ordering::SeqCst) {
+                observe(pid);
+            }
+        });
+        let out = child.wait_with_output();
+        done.store(true, Ordering::SeqCst);
+        out
+    })
+    .context("running fio")?;
     if !out.status.success() {
         bail!(
             "fio failed ({}): {}{}",
@@ -198,7 +237,9 @@ mod tests {
     fn job_file_has_every_job_on_its_own_export() {
         let ws = workloads();
         let refs: Vec<&Workload> = ws.iter().collect();
-        let f = job_file(&refs, 1 << 20, 3, &|n| format!("nbd+unix:///{n}?socket=s"));
+        let f = job_file(&refs, 1 << 20, 2, 3, &|n| {
+            format!("nbd+unix:///{n}?socket=s")
+        });
         for w in &ws {
             assert!(
                 f.contains(&format!(
@@ -208,7 +249,8 @@ mod tests {
                 "{f}"
             );
         }
-        assert!(f.contains("runtime=3\nsize=1048576\n"), "{f}");
+        // The warm-up is the same run's ramp: no run of its own to replay.
+        assert!(f.contains("ramp_time=2\nruntime=3\nsize=1048576\n"), "{f}");
         assert_eq!(f.matches("random_distribution=").count(), 2, "{f}");
         assert_eq!(ws.iter().filter(|w| w.scanner).count(), 1);
     }
