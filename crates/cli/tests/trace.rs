@@ -38,6 +38,18 @@ fn requests(path: &Path, format: Option<TraceFormat>) -> Vec<(u64, u64, bool)> {
     v
 }
 
+/// A server in `dir` over a 64 MiB backing file and an 8 MiB cache file,
+/// 4 KiB blocks, no sequential bypass: every fio request is one block.
+fn served_4k(dir: &Path) -> Served {
+    sparse_file(&dir.join("backing.img"), 64 * MIB);
+    sparse_file(&dir.join("cache.img"), 8 * MIB);
+    Served::start(
+        bin(),
+        dir,
+        &["--block-size", "4k", "--sequential-cutoff", "0"],
+    )
+}
+
 /// Starts `tiercache trace` and waits until the server records.
 fn start_trace(s: &Served, out: &Path, extra: &[&str]) -> Child {
     let child = tiercache()
@@ -115,13 +127,7 @@ fn a_recorded_fio_run_holds_exactly_fios_requests_and_sim_replays_it() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    sparse_file(&dir.path().join("backing.img"), 64 * MIB);
-    sparse_file(&dir.path().join("cache.img"), 8 * MIB);
-    let s = Served::start(
-        bin(),
-        dir.path(),
-        &["--block-size", "4k", "--sequential-cutoff", "0"],
-    );
+    let s = served_4k(dir.path());
 
     // The whole run, the client staying to the end: its summary line.
     let full = dir.path().join("full.trace");
@@ -262,13 +268,7 @@ fn a_server_stopped_while_recording_completes_the_file_and_answers() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    sparse_file(&dir.path().join("backing.img"), 64 * MIB);
-    sparse_file(&dir.path().join("cache.img"), 8 * MIB);
-    let mut s = Served::start(
-        bin(),
-        dir.path(),
-        &["--block-size", "4k", "--sequential-cutoff", "0"],
-    );
+    let mut s = served_4k(dir.path());
     let out = dir.path().join("cut.trace");
     let child = start_trace(&s, &out, &[]);
     let fio_log = dir.path().join("fio.iolog");
