@@ -378,8 +378,14 @@ impl Director {
         Some((gain / curve.total()).max(0.0))
     }
 
+    /// Decides whether the director steers, and sizes every volume's hit
+    /// curve for the pool's size; on every attach and detach.
     fn update_steering(&mut self) {
         let volumes = self.volumes.iter().count();
+        let samples = crate::utility::samples_per_volume(volumes);
+        for v in self.volumes.iter_mut() {
+            v.share.curve.set_samples(samples);
+        }
         let limited = self
             .volumes
             .iter()
