@@ -106,11 +106,6 @@ impl UtilityCurve {
         }
     }
 
-    /// Most blocks this curve tracks.
-    pub fn samples(&self) -> usize {
-        self.samples
-    }
-
     /// The bucket edges in blocks.
     pub fn edges(&self) -> &[u64] {
         &self.edges
