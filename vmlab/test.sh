@@ -108,7 +108,12 @@ for spec in "${tests[@]}"; do
   case "$status" in
     0) summary+=("vmlab: $name: ok (${t}s)") ;;
     77) summary+=("vmlab: $name: SKIPPED: $(grep -a '^SKIP:' "$out/$name/console.log" | tail -n 1 | tr -d '\r')") ;;
-    *) summary+=("vmlab: $name: FAILED with status $status (${t}s; $out/$name/console.log)"); failed=1 ;;
+    *)
+      # The last FAIL line or, for a run that hung, the last step it began.
+      why=$(tr -d '\r' <"$out/$name/console.log" 2>/dev/null | grep -a -E '^(FAIL: |\[vmlab )' | tail -n 1)
+      summary+=("vmlab: $name: FAILED with status $status (${t}s; $out/$name/console.log): ${why:-no step line}")
+      failed=1
+      ;;
   esac
 done
 

@@ -55,6 +55,27 @@ start_server() {
   wait_for_server "$TC_PID" "$TC_CONTROL" "$LOG"
 }
 
+# wait_dead PID SECONDS WHAT: reap the child PID once it has exited; fail,
+# with its threads' kernel stacks, if it still runs after SECONDS (a bare
+# `wait` would hang the guest until the host's timeout, which says nothing).
+wait_dead() {
+  local pid=$1 limit=$2 what=$3 i=0 state t
+  while :; do
+    state=Z
+    { read -r _ _ state _ <"/proc/$pid/stat"; } 2>/dev/null || state=Z
+    [ "$state" = Z ] && break
+    i=$((i + 1))
+    if [ "$i" -gt $((limit * 10)) ]; then
+      for t in /proc/"$pid"/task/*; do
+        echo "--- thread $(cat "$t/comm" 2>/dev/null) state $(awk '/^State:/ {print $2}' "$t/status" 2>/dev/null)"
+        cat "$t/stack" 2>/dev/null
+      done
+      fail "$what (pid $pid) still runs ${limit} s later"
+    fi
+    nap 0.1
+  done
+}
+
 # The probe's completions: seconds since the epoch with microseconds, one
 # per line in $LOAD/probe; the last also in $LOAD/probe-last as an integer
 # of microseconds (for wait_live, which compares it without a process).
@@ -198,6 +219,7 @@ run_restart_test() {
     nap "$((pause_ms / 1000)).$((pause_ms % 1000 / 100))$((pause_ms % 100 / 10))$((pause_ms % 10))"
     t_kill=$EPOCHREALTIME
     kill -9 "$TC_PID"
+    wait_dead "$TC_PID" 30 "tiercache after kill -9"
     wait "$TC_PID" 2>/dev/null || true
     t_start=$EPOCHREALTIME
     start_server tiercache
@@ -213,6 +235,7 @@ run_restart_test() {
   nap 2
   t_kill=$EPOCHREALTIME
   kill -USR1 "$TC_PID"
+  wait_dead "$TC_PID" 60 "tiercache after SIGUSR1"
   status=0
   wait "$TC_PID" || status=$?
   [ "$status" -eq 75 ] || { tail -n 20 "$LOG"; fail "tiercache exited with status $status after SIGUSR1 (expected 75)"; }
@@ -226,6 +249,9 @@ run_restart_test() {
   nap 3
   step "stopping the load"
   touch "$LOAD/stop"
+  wait_dead "$probe_pid" 120 "the IO probe"
+  wait_dead "$fio_pid" 120 "the fio loop"
+  wait_dead "$acked_pid" 120 "the acknowledged-files writer"
   wait "$probe_pid" "$fio_pid" "$acked_pid" || true
   cp "$LOAD/acked.sha256" "$LOAD/errors" "$OUT/"
   step "fio runs: $(cat "$LOAD/fio-runs") (16 MiB, O_SYNC, crc32c-verified each), acknowledged files: $(wc -l <"$LOAD/acked.sha256"), probe reads: $(wc -l <"$LOAD/probe")"
