@@ -55,8 +55,9 @@ start_server() {
   wait_for_server "$TC_PID" "$TC_CONTROL" "$LOG"
 }
 
-# wait_dead PID SECONDS WHAT: reap the child PID once it has exited; fail,
-# with its threads' kernel stacks, if it still runs after SECONDS (a bare
+# wait_dead PID SECONDS WHAT: return once the child PID has exited (the
+# caller reaps it); fail, with its threads' kernel stacks and the end of
+# the server's log, if it still runs after SECONDS (a bare
 # `wait` would hang the guest until the host's timeout, which says nothing).
 wait_dead() {
   local pid=$1 limit=$2 what=$3 i=0 state t
@@ -70,6 +71,7 @@ wait_dead() {
         echo "--- thread $(cat "$t/comm" 2>/dev/null) state $(awk '/^State:/ {print $2}' "$t/status" 2>/dev/null)"
         cat "$t/stack" 2>/dev/null
       done
+      tail -n 20 "$LOG"
       fail "$what (pid $pid) still runs ${limit} s later"
     fi
     nap 0.1
@@ -281,19 +283,7 @@ run_restart_test() {
 
   step "a plain stop (SIGTERM) still removes the device"
   kill -TERM "$TC_PID"
-  local i=0 t
-  while kill -0 "$TC_PID" 2>/dev/null; do
-    i=$((i + 1))
-    if [ "$i" -ge 600 ]; then
-      for t in /proc/"$TC_PID"/task/*; do
-        echo "--- thread $(cat "$t/comm") $(cat "$t/wchan" 2>/dev/null)"
-        cat "$t/stack" 2>/dev/null
-      done
-      tail -n 20 "$LOG"
-      fail "tiercache did not exit within 60 s of SIGTERM"
-    fi
-    nap 0.1
-  done
+  wait_dead "$TC_PID" 60 "tiercache after SIGTERM"
   status=0
   wait "$TC_PID" || status=$?
   TC_PID=""
