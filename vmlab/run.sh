@@ -185,7 +185,7 @@ while :; do
     -display none -monitor none -nic none \
     -chardev stdio,id=console,signal=on -serial chardev:console \
     -kernel "$kernel" -initrd "$initrd" \
-    -append "console=ttyS0 rdinit=/vmlab/init panic=-1 quiet loglevel=4 mitigations=off cryptomgr.notests vmlab.boot=$boot" \
+    -append "console=ttyS0 rdinit=/vmlab/init panic=-1 oops=panic quiet loglevel=4 mitigations=off cryptomgr.notests vmlab.boot=$boot" \
     -virtfs "local,path=$out/results,mount_tag=results,security_model=none,id=results" \
     "${drive_args[@]}" </dev/null 2>&1 | tee -a "$out/console.log"
   qemu_status=${PIPESTATUS[0]}

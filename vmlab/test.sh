@@ -83,6 +83,17 @@ run_guest_test() {
   echo "$status $(($(date +%s) - t))" >"$out/$name.status"
 }
 
+# A known defect of the guest's kernel (Debian 6.12.95, not tiercache's
+# code): a ublk server's queue thread killed with kill -9 can oops in
+# io_uring's exit path (NULL dereference in io_fallback_tw; the guest
+# then hangs, so run.sh boots with oops=panic and it stops at once). Seen
+# twice in about 150 kill -9 rounds of ublk-restart. A run that fails
+# with exactly that oops runs once more, and says so; any other oops, or
+# a second one, fails.
+known_kernel_oops() {
+  tr -d '\r' <"$out/$1/console.log" 2>/dev/null | grep -a -q 'RIP: 0010:io_fallback_tw'
+}
+
 running=0
 for spec in "${tests[@]}"; do
   read -r -a args <<<"$spec"
@@ -96,6 +107,18 @@ for spec in "${tests[@]}"; do
   running=$((running + 1))
 done
 wait
+
+for spec in "${tests[@]}"; do
+  read -r -a args <<<"$spec"
+  name=${args[0]}
+  read -r status _ <"$out/$name.status" 2>/dev/null || status=125
+  if [ "$status" -ne 0 ] && [ "$status" -ne 77 ] && known_kernel_oops "$name"; then
+    echo "vmlab: $name: the guest kernel oopsed in io_fallback_tw (the known 6.12 defect above); running it once more"
+    mv "$out/$name.log" "$out/$name.oops.log"
+    cp "$out/$name/console.log" "$out/$name.oops-console.log"
+    run_guest_test "${args[@]}"
+  fi
+done
 
 failed=0
 summary=()
