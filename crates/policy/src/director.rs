@@ -209,8 +209,6 @@ pub struct Director {
     steering: bool,
     /// Block references left until the targets are set again.
     epoch_left: u64,
-    /// Block references left until the hit curves are aged.
-    decay_left: u64,
     /// The volume that last gave up blocks for an under-target one.
     donor: Option<VolumeId>,
     /// Bucket edges of every volume's hit curve.
@@ -257,14 +255,12 @@ impl Director {
             utility_sharing: cfg.utility_sharing,
             steering: false,
             epoch_left: 0,
-            decay_left: 0,
             donor: None,
             curve_edges: crate::utility::curve_edges(
                 sharing::CURVE_REACH * cfg.capacity.max(1) as u64,
             ),
         };
         d.epoch_left = first_target_epoch(cfg.capacity);
-        d.decay_left = d.decay_len();
         d.attach_volume(VolumeId(0), cfg.mode, cfg.sequential_cutoff);
         d
     }
@@ -347,7 +343,7 @@ impl Director {
             .ok_or_else(|| PolicyError::Invalid(format!("volume {volume} is not attached")))?;
         v.share.limits = limits;
         self.update_steering();
-        self.set_targets(false);
+        self.set_targets();
         Ok(())
     }
 
@@ -393,24 +389,25 @@ impl Director {
         self.steering = volumes >= 2 || limited;
     }
 
-    /// References over which the hit curves keep half their weight: as
-    /// many as the curves reach in blocks ([`sharing::CURVE_REACH`] caches),
-    /// since a reuse distance of `n` blocks takes at least `n` references
-    /// to be seen; a shorter history would read every distance near the
-    /// reach as no reuse. The curves still follow a change of workload
-    /// within a few such spans.
-    fn decay_len(&self) -> u64 {
+    /// A volume's own references over which its hit curve's shape keeps
+    /// half its weight: as many as the curves reach in blocks
+    /// ([`sharing::CURVE_REACH`] caches), since a reuse distance of `n`
+    /// blocks takes at least `n` references to be seen; a shorter history
+    /// would read every distance near the reach as no reuse. (Counted in
+    /// the pool's references instead, it was too short for a quiet volume
+    /// of a busy pool, whose long distances then read as no reuse.)
+    fn shape_span(&self) -> u64 {
         (sharing::CURVE_REACH * self.replacement.capacity() as u64).max(TARGET_EPOCH)
     }
 
     /// Sets every volume's target (see `sharing.rs`); without utility
     /// sharing a volume's target is its share, capped.
-    fn set_targets(&mut self, decay: bool) {
+    fn set_targets(&mut self) {
         self.donor = None;
         if self.utility_sharing {
             let mut shares: Vec<&mut VolumeShare> =
                 self.volumes.iter_mut().map(|v| &mut v.share).collect();
-            sharing::set_targets(self.replacement.capacity(), &mut shares, decay);
+            sharing::set_targets(self.replacement.capacity(), &mut shares);
         } else {
             for v in self.volumes.iter_mut() {
                 let l = v.share.limits;
@@ -435,14 +432,19 @@ impl Director {
             }
         }
         self.epoch_left -= 1;
-        self.decay_left -= 1;
         if self.epoch_left == 0 {
             self.epoch_left = TARGET_EPOCH;
-            let decay = self.decay_left == 0;
-            if decay {
-                self.decay_left = self.decay_len();
+            if self.utility_sharing {
+                // The rates keep half their weight over as many of the
+                // pool's references as a shape does over its volume's.
+                let span = self.shape_span();
+                let keep = 0.5f64.powf(TARGET_EPOCH as f64 / span as f64);
+                for v in self.volumes.iter_mut() {
+                    v.share.curve.end_epoch(keep);
+                    v.share.curve.age(span);
+                }
             }
-            self.set_targets(decay);
+            self.set_targets();
         }
     }
 
@@ -1235,6 +1237,39 @@ mod tests {
         for volumes in [1, 2] {
             plan_read_hits_as_plan_io(volumes);
         }
+    }
+
+    /// A volume's rate follows the pool's recent references, so a volume
+    /// that has gone idle gives its space to one that is busy now, even
+    /// if the idle one was busy for longer. (The curves' aging once
+    /// counted down in pool references and wrapped below zero when the
+    /// epochs did not divide the count: the curves never aged again, and
+    /// the idle volume here kept 56 of the 64 blocks.)
+    #[test]
+    fn a_volume_gone_idle_gives_its_space_to_a_busy_one() {
+        let cfg = DirectorConfig::new(64, 4096);
+        let mut d = Director::new(&cfg).unwrap();
+        d.attach_volume(VolumeId(1), cfg.mode, cfg.sequential_cutoff);
+        let mut t = 0u64;
+        // Each volume loops over 48 blocks: it needs 48 of the 64.
+        for (v, refs) in [(0u16, 40_000u64), (1, 20_000)] {
+            for i in 0..refs {
+                let req = IoRequest {
+                    volume: VolumeId(v),
+                    offset: (i % 48) * 4096,
+                    len: 4096,
+                    access: Access::Read,
+                    volume_size: u64::MAX,
+                };
+                d.plan_io(&req, Time(t), |_, _, _| {});
+                t += 1;
+            }
+        }
+        let (idle, busy) = (d.volume_target(VolumeId(0)), d.volume_target(VolumeId(1)));
+        assert!(
+            busy >= Some(48),
+            "idle volume {idle:?}, busy volume {busy:?}"
+        );
     }
 
     fn plan_read_hits_as_plan_io(volumes: u16) {

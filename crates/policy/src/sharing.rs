@@ -108,8 +108,8 @@ impl VolumeShare {
 }
 
 /// Sets every volume's target from its limits and hit curve (see
-/// [`split`]), then ages the curves if `decay`.
-pub(crate) fn set_targets(capacity: u32, shares: &mut [&mut VolumeShare], decay: bool) {
+/// [`split`]).
+pub(crate) fn set_targets(capacity: u32, shares: &mut [&mut VolumeShare]) {
     let capacity = capacity as u64;
     let curves: Vec<Vec<(u64, f64)>> = shares.iter().map(|s| s.curve.points()).collect();
     let inputs: Vec<SplitInput<'_>> = shares
@@ -124,9 +124,6 @@ pub(crate) fn set_targets(capacity: u32, shares: &mut [&mut VolumeShare], decay:
     let targets = split(&inputs, capacity);
     for (s, t) in shares.iter_mut().zip(targets) {
         s.target = t;
-        if decay {
-            s.curve.decay();
-        }
     }
 }
 

@@ -17,11 +17,21 @@
 //! live policy is not LRU, but the curve ranks volumes by what more space
 //! is worth, which is all the sharing needs.
 //!
+//! Two parts, aged on two clocks. The curve's *shape* (the share of the
+//! volume's references a cache of `n` blocks would hit) comes from the
+//! volume's own references and halves after each
+//! [`CURVE_REACH`](crate::sharing::CURVE_REACH) caches' worth of them
+//! ([`UtilityCurve::age`]): a reuse distance of `n` blocks takes at least
+//! `n` of the volume's references to be seen, whatever the others do, so
+//! a quiet volume's curve is as complete as a busy one's. Its *rate* (the
+//! volume's references per epoch of the pool's, [`UtilityCurve::end_epoch`])
+//! follows the pool's clock, so a volume that goes idle soon has a curve
+//! of nothing and gives its space up. The sharing compares
+//! [`UtilityCurve::points`], shape times rate: hits per epoch.
+//!
 //! Cost per reference: one hash and a compare; a sampled one adds a hash
 //! map lookup and two Fenwick-tree walks. No IO, no clock: references are
-//! the only input, and [`UtilityCurve::decay`] (called by the director
-//! once per [`CURVE_REACH`](crate::sharing::CURVE_REACH) caches' worth of
-//! references) halves the history so the curve follows a changing workload.
+//! the only input.
 
 use std::collections::{BinaryHeap, HashMap};
 use tiercache_types::OriginBlock;
@@ -76,6 +86,12 @@ pub struct UtilityCurve {
     next_stamp: u32,
     /// Most blocks tracked ([`UtilityCurve::set_samples`]).
     samples: usize,
+    /// References (all, sampled or not) since the shape last aged.
+    since_aged: u64,
+    /// References (all) in the pool's current epoch.
+    epoch_refs: u64,
+    /// References per epoch of the pool's, recent epochs weighing more.
+    refs_per_epoch: f64,
 }
 
 impl UtilityCurve {
@@ -92,6 +108,9 @@ impl UtilityCurve {
             fenwick: Vec::new(),
             next_stamp: 0,
             samples: MIN_SAMPLES,
+            since_aged: 0,
+            epoch_refs: 0,
+            refs_per_epoch: 0.0,
         }
     }
 
@@ -118,6 +137,8 @@ impl UtilityCurve {
 
     /// Records one reference to `block`.
     pub fn reference(&mut self, block: OriginBlock) {
+        self.since_aged += 1;
+        self.epoch_refs += 1;
         let hash = hash24(block.0);
         if hash as u64 >= self.threshold {
             return;
@@ -169,16 +190,44 @@ impl UtilityCurve {
         sum
     }
 
-    /// The curve as `(blocks, hits)` at every edge, from `(0, 0)`.
+    /// The curve as `(blocks, hits per epoch)` at every edge, from
+    /// `(0, 0)`: the shape (hits per reference) times the rate.
     pub fn points(&self) -> Vec<(u64, f64)> {
+        let scale = if self.total > 0.0 {
+            self.refs_per_epoch / self.total
+        } else {
+            0.0
+        };
         let mut sum = 0.0;
         let mut out = Vec::with_capacity(self.edges.len() + 1);
         out.push((0, 0.0));
         for (i, &edge) in self.edges.iter().enumerate() {
             sum += self.hist[i];
-            out.push((edge, sum));
+            out.push((edge, sum * scale));
         }
         out
+    }
+
+    /// Ends one of the pool's epochs: the rate takes in the references of
+    /// the epoch, the past keeping `keep` (0..1) of its weight.
+    pub fn end_epoch(&mut self, keep: f64) {
+        self.refs_per_epoch = keep * self.refs_per_epoch + (1.0 - keep) * self.epoch_refs as f64;
+        self.epoch_refs = 0;
+    }
+
+    /// References per epoch, recent epochs weighing more.
+    pub fn refs_per_epoch(&self) -> f64 {
+        self.refs_per_epoch
+    }
+
+    /// Halves the shape's history once `span` of the volume's own
+    /// references have come since it last did (so recent references weigh
+    /// more and the shape follows a change of workload).
+    pub fn age(&mut self, span: u64) {
+        if self.since_aged >= span {
+            self.decay();
+            self.since_aged = 0;
+        }
     }
 
     /// Weighted references recorded (sampled ones, scaled).
@@ -352,6 +401,7 @@ mod tests {
                     let mut c = UtilityCurve::new(curve_edges(4096));
                     c.set_samples(samples);
                     skewed(&mut c, 4096, volume, 200_000);
+                    c.end_epoch(0.5);
                     c.points()
                 })
                 .collect()
