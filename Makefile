@@ -12,6 +12,13 @@ run: deps
 
 test: deps lint unit python fuzz vmlab
 
+# The tests run release builds with overflow checks on, which the release
+# profile otherwise leaves off: an arithmetic overflow fails the test that
+# reaches it instead of wrapping silently (a pool's countdown once wrapped
+# this way and no test saw it). `make run` and the benchmarks keep the plain
+# release profile, so after `make test` they build once more.
+test lint unit python fuzz vmlab: export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS = true
+
 deps:
 	./scripts/install-deps.sh
 	rustup component add rustfmt clippy >/dev/null 2>&1 || true

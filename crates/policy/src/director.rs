@@ -647,13 +647,16 @@ impl Director {
         &mut *self.replacement
     }
 
-    /// The blocks an IO of `len` bytes at byte `offset` touches.
+    /// The blocks an IO of `len` bytes at byte `offset` touches. An IO
+    /// that runs past the end of the 64-bit address space (a trace's bad
+    /// record) is cut at that end, as [`Director::plan_io`] cuts it: it
+    /// neither wraps into an empty range nor overflows.
     pub fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
         if len == 0 {
             return 0..0;
         }
         let bs = self.block_size as u64;
-        offset / bs..(offset + len).div_ceil(bs)
+        offset / bs..offset.saturating_add(len).div_ceil(bs)
     }
 
     /// Plans a whole client IO in one call: starts it, plans each block in
