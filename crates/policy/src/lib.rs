@@ -34,6 +34,7 @@ pub mod sequential;
 pub mod sharing;
 pub mod sieve;
 pub mod slots;
+pub mod smooth_curve;
 pub mod smq;
 pub mod utility;
 mod volumes;

@@ -215,6 +215,11 @@ impl UtilityCurve {
         self.epoch_refs = 0;
     }
 
+    /// References per epoch of the pool's, recent epochs weighing more.
+    pub fn refs_per_epoch(&self) -> f64 {
+        self.refs_per_epoch
+    }
+
     /// Halves the shape's history once `span` of the volume's own
     /// references have come since it last did (so recent references weigh
     /// more and the shape follows a change of workload).
