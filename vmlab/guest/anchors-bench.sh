@@ -29,7 +29,9 @@
 # Environment (--env K=V): BENCH_RUNTIME (s per run, default 15),
 # BENCH_JUNK_RUNTIME (s of junk reads, default 20), BENCH_CONFIGS (a
 # space-separated subset of the names above), BENCH_SIZES ("fits nofit"),
-# BENCH_NBD_CONNECTIONS (nbd-client -C, default 2: one per vCPU; by
+# BENCH_NBD_CONNECTIONS (nbd-client -C, default 1: nbd-client's own
+# default and what serve --nbd-device gives the kernel; with 2 the server
+# spent 40% more CPU per IO for 15% fewer IOPS, docs/BENCHMARKS.md; by
 # round as BENCH_TC_ENV: 1/2),
 # BENCH_NBD_TRANSPORT (how the kernel NBD client reaches the server: unix,
 # the default, or tcp: plain NBD on 127.0.0.1; by round as BENCH_TC_ENV:
@@ -69,7 +71,7 @@ CONFIGS=${BENCH_CONFIGS:-ssd-alone hdd-alone bcache-cutoff4M bcache-cutoff0 lvmc
 SIZES=${BENCH_SIZES:-fits nofit}
 CONFIGS=${CONFIGS//,/ } # (commas too: ANCHORS_ENV splits on spaces)
 SIZES=${SIZES//,/ }
-NBD_CONNECTIONS=${BENCH_NBD_CONNECTIONS:-2}
+NBD_CONNECTIONS=${BENCH_NBD_CONNECTIONS:-1}
 HDD=$(disk hdd)
 SSD=$(disk ssd)
 FAST=$(disk fast)

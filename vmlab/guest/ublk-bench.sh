@@ -7,14 +7,14 @@
 #   vmlab/run.sh --disk ssd=512M vmlab/guest/ublk-bench.sh
 # Environment: BENCH_RUNTIME (seconds per job, default 15), BENCH_ROUNDS
 # (NBD then ublk, repeated; default 1), UBLK_QUEUES (default 2),
-# NBD_CONNECTIONS (default 2).
+# NBD_CONNECTIONS (default 1, as anchors-bench.sh).
 . /vmlab/lib.sh
 OUT="$VMLAB_RESULTS/ublk-bench"
 mkdir -p "$OUT" /run/tiercache
 SSD=$(disk ssd)
 RUNTIME=${BENCH_RUNTIME:-15}
 UBLK_QUEUES=${UBLK_QUEUES:-2}
-NBD_CONNECTIONS=${NBD_CONNECTIONS:-2}
+NBD_CONNECTIONS=${NBD_CONNECTIONS:-1}
 ROUNDS=${BENCH_ROUNDS:-1}
 SIZE=$((256 << 20))
 TC_PID=""
