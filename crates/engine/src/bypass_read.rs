@@ -21,6 +21,7 @@ use crate::Engine;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use tiercache_device::BlockDevice;
 use tiercache_types::{Access, CacheBlock, Time};
 
 /// A bypassed read being served by the caller (see the module

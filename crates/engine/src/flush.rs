@@ -4,6 +4,7 @@
 use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
+use tiercache_device::BlockDevice;
 
 impl Engine {
     /// Makes every write completed before this call durable: on the cache

@@ -26,6 +26,7 @@
 //! (`stats.rs`); recording the requests served (`recorder.rs`,
 //! `trace_ring.rs`).
 
+mod backing_flush;
 mod bypass_read;
 mod cached_read;
 mod claims;

@@ -664,7 +664,9 @@ impl Engine {
             }
             if has_claims {
                 // A clean claim says the backing device holds this data:
-                // flush the backing devices of the volumes claimed. A volume
+                // flush the backing devices of the volumes claimed, those
+                // written to since their last flush (`backing_flush.rs`:
+                // a read miss's data was on the device already). A volume
                 // whose device fails keeps its claims out of this commit
                 // (its blocks stay as they were: dirty in memory, and the
                 // durable dirty claim still true), so one failing volume
@@ -679,7 +681,7 @@ impl Engine {
                 let mut failed = Vec::new();
                 for id in claimed {
                     let Ok(vol) = self.volume(id) else { continue };
-                    if let Err(e) = vol.backing.flush() {
+                    if let Err(e) = vol.backing.flush_if_written() {
                         let e = vol.backing_err(e, true);
                         log::warn!("volume {}: {e}; its clean claims wait", vol.name);
                         failed.push(id);

@@ -9,6 +9,7 @@ use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
 use smallvec::SmallVec;
+use tiercache_device::BlockDevice;
 use tiercache_policy::director::ReadPlan;
 use tiercache_policy::BlockPlan;
 use tiercache_policy::Director;

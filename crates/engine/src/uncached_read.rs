@@ -27,6 +27,7 @@ use crate::Engine;
 use parking_lot::MutexGuard;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use tiercache_device::BlockDevice;
 use tiercache_types::Access;
 
 /// A read miss of one cache block being served by the caller (see the

@@ -5,6 +5,7 @@
 //! told apart from every other volume's by their pool keys
 //! ([`OriginBlock::of`]), never by their numbers alone.
 
+use crate::backing_flush::FlushTracked;
 use crate::stats::IoCounters;
 use crate::{EngineError, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +21,9 @@ pub(crate) struct Volume {
     /// Where the backing device was opened from (a hint, for messages and
     /// the volume's record).
     pub(crate) path: String,
-    pub(crate) backing: Arc<dyn BlockDevice>,
+    /// The backing device; every write and discard goes through it, so it
+    /// knows when a flush has nothing to make durable.
+    pub(crate) backing: Arc<FlushTracked>,
     /// Size of the exported device in bytes (the backing device's size).
     pub(crate) size: u64,
     block_size: u64,
@@ -59,7 +62,7 @@ impl Volume {
             id,
             name: name.to_string(),
             path: path.to_string(),
-            backing,
+            backing: Arc::new(FlushTracked::new(backing)),
             size,
             block_size,
             io: IoCounters::default(),

@@ -10,6 +10,7 @@ use crate::stats::IoCounters;
 use crate::volume::Volume;
 use crate::{Engine, EngineError, Result};
 use smallvec::SmallVec;
+use tiercache_device::BlockDevice;
 use tiercache_policy::director::WritePlan;
 use tiercache_policy::BlockPlan;
 use tiercache_types::{Access, CacheBlock};

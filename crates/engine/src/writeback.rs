@@ -6,6 +6,7 @@ use crate::director_lock::DirectorLock;
 use crate::scratch::RunBuf;
 use crate::stats::IoCounters;
 use crate::{Engine, EngineError, Result};
+use tiercache_device::BlockDevice;
 use tiercache_policy::writeback::choose_writeback;
 use tiercache_policy::writeback_sweep::DirtySource;
 use tiercache_types::{CacheBlock, OriginBlock};

@@ -556,3 +556,76 @@ fn restored_blocks_are_checked_safely_while_clients_run() {
     assert_eq!(checked.unverified, 0);
     assert!(checked.dropped <= N / 3, "{checked:?}");
 }
+
+/// The backing flush of a commit with clean claims is skipped when nothing
+/// was written to the backing device since its last flush
+/// (`backing_flush.rs`); a writethrough write in between must bring it
+/// back, or the claim of the written block would outlive the data when the
+/// backing device loses its unflushed writes.
+#[test]
+fn a_claim_of_data_written_through_survives_the_backing_losing_unflushed_writes() {
+    let (r, e) = rig(CacheMode::WriteThrough, 64);
+    seed_backing(&r, 0..32);
+    // A read miss and a commit: the backing's first flush is spent here.
+    assert_eq!(read_block(&e, 0), block_of(1));
+    e.commit().unwrap();
+    assert_eq!(r.backing.unflushed_sectors(), 0);
+    // Written through (the client never asks for a flush), then another
+    // read miss whose claim goes out in the same commit as the write's.
+    e.write(5 * BLOCK as u64, &block_of(0xAB), false).unwrap();
+    assert_eq!(read_block(&e, 1), block_of(2));
+    e.commit().unwrap();
+    assert_eq!(
+        r.backing.unflushed_sectors(),
+        0,
+        "the commit flushed the backing device the write went to"
+    );
+    drop(e);
+    r.cache.crash();
+    r.backing.crash();
+    let (e, _) = r.reopen();
+    let mut on_backing = vec![0u8; BLOCK];
+    r.backing
+        .read_at(&mut on_backing, 5 * BLOCK as u64)
+        .unwrap();
+    assert_eq!(
+        read_block(&e, 5),
+        on_backing,
+        "the cache and the backing device agree"
+    );
+    assert_eq!(on_backing, block_of(0xAB));
+}
+
+/// Read misses alone flush the backing device once, not at every commit.
+#[test]
+fn read_misses_alone_flush_the_backing_device_once() {
+    use tiercache_device::CountingDevice;
+    let backing = Arc::new(CountingDevice::new(CrashDevice::new(
+        BACKING_BLOCKS * BLOCK as u64,
+    )));
+    let cache = Arc::new(CrashDevice::new((1 << 20) + 70 * BLOCK as u64));
+    let cfg = EngineConfig {
+        mode: CacheMode::WriteThrough,
+        block_size: BLOCK as u32,
+        sequential_cutoff: 0,
+        ..EngineConfig::default()
+    };
+    let e = Engine::create(
+        backing.clone() as Arc<dyn BlockDevice>,
+        cache as Arc<dyn BlockDevice>,
+        &cfg,
+        Arc::new(ManualClock::new(Time(1))),
+        "backing",
+        Some(1 << 20),
+    )
+    .unwrap();
+    for b in 0..8 {
+        read_block(&e, b);
+        e.commit().unwrap();
+    }
+    assert_eq!(backing.snapshot().flushes, 1, "{:?}", backing.snapshot());
+    e.write(20 * BLOCK as u64, &block_of(7), false).unwrap();
+    read_block(&e, 9);
+    e.commit().unwrap();
+    assert_eq!(backing.snapshot().flushes, 2, "{:?}", backing.snapshot());
+}
