@@ -147,7 +147,7 @@ impl Engine {
     /// to the caller (see the module documentation). None, having changed
     /// nothing, when the range spans blocks, its stripe is locked for
     /// writing, its block waits for its check after a crash, a device has
-    /// no fd ([`BlockDevice::raw_read_fd`](tiercache_device::BlockDevice::raw_read_fd)),
+    /// no fd ([`BlockDevice::raw_read_fd`]),
     /// or the range is not aligned for them: then call `read`.
     pub fn begin_uncached_read(&self, offset: u64, len: u64) -> Option<UncachedRead<'_>> {
         self.begin_uncached_read_in(self.first_volume(), offset, len)
