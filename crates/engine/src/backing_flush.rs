@@ -8,9 +8,9 @@
 //! through this engine since its last successful flush, that flush has
 //! nothing to make durable. On a SATA disk a flush is not a queued command:
 //! the disk drains its queue of reads to run it, so a read-mostly volume
-//! was interrupted by a flush for every commit (11 to 19 a second in the
-//! VM lab's read-only runs, where bcache flushed its backing disk twice in
-//! a run).
+//! was interrupted by a flush for every commit (once a second with misses
+//! alone, up to 19 a second in the VM lab's anchors, where bcache flushed
+//! its backing disk twice in a run).
 //!
 //! Contract: every write and discard of the backing device goes through
 //! this wrapper (it passes the read fd on for io_uring reads, never a write
