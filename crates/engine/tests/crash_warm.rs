@@ -83,6 +83,22 @@ impl Rig {
     }
 }
 
+/// A new writethrough engine (the default policy, no sequential bypass)
+/// over `backing` and `cache`, its metadata in the cache's first MiB.
+fn writethrough_engine(
+    backing: Arc<dyn BlockDevice>,
+    cache: Arc<dyn BlockDevice>,
+    clock: Arc<ManualClock>,
+) -> Engine {
+    let cfg = EngineConfig {
+        mode: CacheMode::WriteThrough,
+        block_size: BLOCK as u32,
+        sequential_cutoff: 0,
+        ..EngineConfig::default()
+    };
+    Engine::create(backing, cache, &cfg, clock, "backing", Some(1 << 20)).unwrap()
+}
+
 fn block_of(byte: u8) -> Vec<u8> {
     vec![byte; BLOCK]
 }
@@ -404,21 +420,7 @@ fn a_claim_overtaken_before_its_commit_is_not_committed() {
         (1 << 20) + 68 * BLOCK as u64,
     )));
     let clock = Arc::new(ManualClock::new(Time(1)));
-    let cfg = EngineConfig {
-        mode: CacheMode::WriteThrough,
-        block_size: BLOCK as u32,
-        sequential_cutoff: 0,
-        ..EngineConfig::default()
-    };
-    let e = Engine::create(
-        backing.clone() as Arc<dyn BlockDevice>,
-        cache.clone() as Arc<dyn BlockDevice>,
-        &cfg,
-        clock.clone(),
-        "backing",
-        Some(1 << 20),
-    )
-    .unwrap();
+    let e = writethrough_engine(backing.clone(), cache.clone(), clock.clone());
     backing.write_at(&block_of(1), 0).unwrap();
     read_block(&e, 0); // promoted; its clean claim is buffered
     cache.set_rules(vec![FaultRule::always(FaultOp::Write)]);
@@ -604,21 +606,7 @@ fn read_misses_alone_flush_the_backing_device_once() {
         BACKING_BLOCKS * BLOCK as u64,
     )));
     let cache = Arc::new(CrashDevice::new((1 << 20) + 70 * BLOCK as u64));
-    let cfg = EngineConfig {
-        mode: CacheMode::WriteThrough,
-        block_size: BLOCK as u32,
-        sequential_cutoff: 0,
-        ..EngineConfig::default()
-    };
-    let e = Engine::create(
-        backing.clone() as Arc<dyn BlockDevice>,
-        cache as Arc<dyn BlockDevice>,
-        &cfg,
-        Arc::new(ManualClock::new(Time(1))),
-        "backing",
-        Some(1 << 20),
-    )
-    .unwrap();
+    let e = writethrough_engine(backing.clone(), cache, Arc::new(ManualClock::new(Time(1))));
     for b in 0..8 {
         read_block(&e, b);
         e.commit().unwrap();
