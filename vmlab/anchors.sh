@@ -41,7 +41,7 @@ export VMLAB_TIERCACHE="$target/release/tiercache"
 envs=()
 for kv in ${ANCHORS_ENV:-}; do envs+=(--env "$kv"); done
 bins=()
-case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
+case " ${ANCHORS_ENV:-} " in *" BENCH_PERF=1 "* | *" BENCH_TRACE_HDD=1 "*) bins=(--bin "$VMLAB_TIERCACHE" --bin "$(command -v perf)") ;; esac
 # More host binaries for the guest's PATH (e.g. a build before a change,
 # named tiercache-before, for BENCH_TC_BIN, or the pool
 # bench's NAME-before set-ups).

@@ -57,7 +57,10 @@
 # BENCH_MOVES=1 (tiercache's dirty blocks and writebacks twice a second
 # into moves-<run>.txt; the sampling costs the guest CPU),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run into
-# perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf).
+# perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf),
+# BENCH_TRACE_HDD=1 (every request queued to the HDD during each measured
+# run, by thread and kind, with the kernel stacks of the writes and
+# flushes, into hddtrace-<run>.txt; needs perf in the guest as above).
 # Caveat: under TCG every IO costs CPU time on one host thread, so the
 # numbers rank the set-ups (hits against misses, warm-up, bypass) but their
 # absolute values say nothing about real hardware; a userspace cache pays
@@ -262,6 +265,46 @@ diskstats_report() {
     <(echo "$1") <(echo "$2")
 }
 
+# settle_hdd: waits (up to 30 s) until the HDD has taken no write for a
+# second. After the files' layout tiercache writes its dirty blocks back
+# while the devices are idle (about 3 s here), where bcache keeps up to
+# its writeback_percent dirty; measured from the moment `sync` returned,
+# tiercache's runs counted that tail (215-370 HDD writes and up to 124
+# flushes in the first seconds, and the cleaner's CPU in the server's per
+# IO) and bcache's none. Measuring from a quiet HDD gives both the same
+# start.
+settle_hdd() {
+  local stat=/sys/class/block/$(blockdev_name "$HDD")/stat prev now i
+  prev=$(awk '{print $5}' "$stat")
+  for i in $(seq 1 30); do
+    sleep 1
+    now=$(awk '{print $5}' "$stat")
+    [ "$now" = "$prev" ] && return
+    prev=$now
+  done
+  echo "warning: the HDD was still being written 30 s after the layout"
+}
+
+# hdd_trace_report PERF_DATA MAJ:MIN: the bios queued to that device, as
+# counts by thread and kind (blktrace's RWBS: R read, W write, S sync, F
+# preflush, M metadata, A readahead, D discard), then the kernel stacks
+# of everything but reads, most frequent first.
+hdd_trace_report() {
+  local data=$1 dev=$2
+  echo "bios queued to $dev, by thread and kind:"
+  perf script -i "$data" -F comm,event,trace 2>/dev/null |
+    awk -v dev="$dev" '$3 == dev { n[$1 " " $4]++ } END { for (k in n) print n[k], k }' | sort -rn
+  echo
+  echo "stacks of the bios that are not plain reads (count, thread, kind, stack):"
+  perf script -i "$data" -F comm,trace,ip,sym 2>/dev/null |
+    awk -v dev="$dev" '
+      /^[^ \t]/ { if (keep) st[head "|" stack]++; keep = 0; stack = ""
+                   if ($2 == dev && $3 !~ /^R/) { keep = 1; head = $1 " " $3 } ; next }
+      NF >= 2 && keep { stack = stack " <- " $2 }
+      END { if (keep) st[head "|" stack]++; for (k in st) print st[k], k }' |
+    sort -rn | head -n 20
+}
+
 # thread_schedstats PID: "comm tid cpu_ns runqueue_wait_ns timeslices" per
 # thread of PID (/proc/PID/task/TID/schedstat: time on a CPU, time
 # runnable but waiting for one, times scheduled in).
@@ -343,9 +386,21 @@ run_config() {
   # looks at the data)
   fio "${common[@]}" --create_only=1 --zero_buffers --eta=never --output=/dev/null || fail "fio layout"
   sync
+  settle_hdd
   local before after
   before=$("${kind}_counters")
-  local cpu_before tc_before=0 disks_before
+  local cpu_before tc_before=0 disks_before trace_pid=""
+  if [ "${BENCH_TRACE_HDD:-0}" = 1 ] && command -v perf >/dev/null; then
+    # From before the first diskstats to after the second, so the trace
+    # holds every request they count (perf takes a few seconds to start
+    # under TCG: wait for its data file's header, then some more).
+    rm -f "$OUT/hddtrace-$RUN.data"
+    perf record -q -a -g -e block:block_bio_queue -o "$OUT/hddtrace-$RUN.data" >/dev/null 2>&1 &
+    trace_pid=$!
+    local waited=0
+    while [ ! -s "$OUT/hddtrace-$RUN.data" ] && [ $waited -lt 50 ]; do sleep 0.2; waited=$((waited + 1)); done
+    sleep 3
+  fi
   disks_before=$(diskstats $disks)
   local threads_before="" moves_before=""
   if [ "$kind" = tiercache ]; then
@@ -403,6 +458,12 @@ run_config() {
   } >"$OUT/diskstats-$RUN.txt"
   cat "$OUT/diskstats-$RUN.txt"
   sleep 2 # bcache folds its counters into stats_total about once a second
+  if [ -n "$trace_pid" ]; then
+    kill -INT "$trace_pid" 2>/dev/null
+    wait "$trace_pid" || true
+    hdd_trace_report "$OUT/hddtrace-$RUN.data" "$(lsblk -dno MAJ:MIN "$HDD" | tr -d ' ' | tr : ,)" >"$OUT/hddtrace-$RUN.txt"
+    rm -f "$OUT/hddtrace-$RUN.data"
+  fi
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
