@@ -23,7 +23,8 @@ pub struct CachedRange<'a> {
     /// The cache device's file.
     pub fd: std::os::fd::RawFd,
     /// (offset on the cache device, offset in the caller's buffer, bytes),
-    /// covering the whole range in buffer order.
+    /// covering the whole range in buffer order; neighbours in both are
+    /// one piece.
     pub pieces: Vec<(u64, usize, usize)>,
 }
 
@@ -123,14 +124,19 @@ impl Engine {
         };
         drop(d);
         self.count_ready_hits(&vol, len, now);
-        let pieces = blocks
-            .zip(&pinned)
-            .map(|(b, &c)| {
-                let (dev_off, buf_off, n) = vol.piece(b, offset, len);
-                let within = dev_off - b * self.block_size;
-                (self.slot_offset(c) + within, buf_off, n)
-            })
-            .collect();
+        // One piece per run of blocks in consecutive slots: with small
+        // blocks a large read is otherwise one device read per block.
+        let mut pieces: Vec<(u64, usize, usize)> = Vec::with_capacity(pinned.len());
+        for (b, &c) in blocks.zip(&pinned) {
+            let (dev_off, buf_off, n) = vol.piece(b, offset, len);
+            let at = self.slot_offset(c) + (dev_off - b * self.block_size);
+            match pieces.last_mut() {
+                Some(last) if last.0 + last.2 as u64 == at && last.1 + last.2 == buf_off => {
+                    last.2 += n
+                }
+                _ => pieces.push((at, buf_off, n)),
+            }
+        }
         Some(DirectPlan::Hit(CachedRange {
             engine: self,
             volume: vol,
