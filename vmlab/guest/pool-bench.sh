@@ -7,9 +7,11 @@
 #              every device look slow);
 #   tiercache  one `tiercache serve --ublk` with every HDD a volume of one
 #              pool on the same SSD (/dev/ublkbN each), its defaults
-#              (64 KiB cache blocks);
-#   tiercache-4k  the same with 4 KiB cache blocks (--block-size 4k), the
-#              granularity at which bcache caches these 4k reads;
+#              (4 KiB cache blocks for this SSD, the granularity at which
+#              bcache caches these 4k reads);
+#   tiercache-64k  the same with 64 KiB cache blocks (--block-size 64k,
+#              the default before 2026-11-29; not run unless named in
+#              BENCH_CONFIGS);
 #   tiercache-q2  the defaults with two ublk queues per device (not run
 #              unless named in BENCH_CONFIGS);
 #   NAME-before   any tiercache set-up above served by the binary
@@ -36,7 +38,8 @@
 #
 # Environment (--env K=V): BENCH_RUNTIME (default 20), BENCH_WARMUP
 # (default 20), BENCH_ROUNDS (default 3), BENCH_CONFIGS ("bcache
-# tiercache tiercache-4k", names separated by spaces or commas),
+# tiercache"; also tiercache-4k, tiercache-64k, tiercache-q2; names
+# separated by spaces or commas),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run:
 # perf-<run>-comm.txt by thread name, -flat.txt by thread and symbol,
 # -workers.txt tiercache's ublk workers by symbol; needs the host's perf,
@@ -49,7 +52,7 @@
 RUNTIME=${BENCH_RUNTIME:-20}
 WARMUP=${BENCH_WARMUP:-20}
 ROUNDS=${BENCH_ROUNDS:-3}
-CONFIGS=${BENCH_CONFIGS:-bcache tiercache tiercache-4k}
+CONFIGS=${BENCH_CONFIGS:-bcache tiercache}
 CONFIGS=${CONFIGS//,/ } # (commas too: ANCHORS_ENV splits on spaces)
 SSD=$(disk ssd)
 HDDS=()
@@ -174,6 +177,7 @@ run_config() {
   case "$base" in
     bcache | tiercache) ;;
     tiercache-4k) kind=tiercache options=(--block-size 4k) ;;
+    tiercache-64k) kind=tiercache options=(--block-size 64k) ;;
     tiercache-q2) kind=tiercache options=(--ublk-queues 2) ;;
     *) fail "unknown set-up $name" ;;
   esac

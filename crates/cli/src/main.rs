@@ -130,9 +130,10 @@ struct CreateArgs {
     /// writethrough (default), writeback, writearound or passthrough.
     #[arg(long, default_value = "writethrough")]
     mode: CacheMode,
-    /// Cache block size, 4k to 1M.
-    #[arg(long, default_value = "64k", value_parser = parse_size_arg)]
-    block_size: u64,
+    /// Cache block size, 4k to 1M (default: 4k, doubled up to 64k while the
+    /// cache would hold more than 16Mi blocks, to bound the RAM).
+    #[arg(long, value_parser = parse_size_arg)]
+    block_size: Option<u64>,
     /// Replacement policy: adaptive, smq, lru, s3fifo, arc, fifo, sieve.
     #[arg(long, default_value = "adaptive")]
     policy: ReplacementKind,
@@ -224,7 +225,8 @@ struct ServeArgs {
     /// writethrough (default), writeback, writearound or passthrough.
     #[arg(long)]
     mode: Option<CacheMode>,
-    /// Cache block size, 4k to 1M (default 64k).
+    /// Cache block size of a cache this formats (`--create`, `mem:`), 4k to
+    /// 1M (default: as `create`'s, from the cache's size).
     #[arg(long, value_parser = parse_size_arg)]
     block_size: Option<u64>,
     /// Replacement policy: adaptive (default), smq, lru, s3fifo, arc, fifo, sieve.
@@ -420,7 +422,9 @@ pub struct ServeSettings {
     pub volumes: Vec<VolumeArg>,
     pub cache: Option<String>,
     pub mode: CacheMode,
-    pub block_size: u32,
+    /// The block size of a cache this formats; None: from the cache's size
+    /// ([`tiercache_engine::default_block_size`]).
+    pub block_size: Option<u32>,
     pub policy: PolicyConfig,
     /// Whether mode / policy were given (else an existing cache keeps its own).
     pub mode_given: bool,
@@ -495,9 +499,14 @@ impl ServeArgs {
         }
         let backing = volumes[0].spec.clone();
         let cache = self.cache.or(file.cache);
-        let block_size = size(self.block_size, file.block_size, 64 * 1024)?;
-        if !(4096..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
-            bail!("--block-size {block_size} must be a power of two from 4k to 1M");
+        let block_size = match (self.block_size, file.block_size) {
+            (None, None) => None,
+            (flag, file) => Some(size(flag, file, 0)?),
+        };
+        if let Some(block_size) = block_size {
+            if !(4096..=1 << 20).contains(&block_size) || !block_size.is_power_of_two() {
+                bail!("--block-size {block_size} must be a power of two from 4k to 1M");
+            }
         }
         let writeback_target = self
             .writeback_target
@@ -584,7 +593,7 @@ impl ServeArgs {
             mode_given,
             policy_given,
             mode: self.mode.or(file.mode).unwrap_or_default(),
-            block_size: block_size as u32,
+            block_size: block_size.map(|b| b as u32),
             policy: PolicyConfig {
                 replacement: self
                     .policy
@@ -689,15 +698,18 @@ fn create(a: &CreateArgs) -> Result<()> {
             "a memory cache needs no create: it is volatile (give it to `serve --cache` directly)"
         );
     }
-    if !(4096..=1 << 20).contains(&a.block_size) || !a.block_size.is_power_of_two() {
-        bail!(
-            "--block-size {} must be a power of two from 4k to 1M",
-            a.block_size
-        );
+    if let Some(bs) = a.block_size {
+        if !(4096..=1 << 20).contains(&bs) || !bs.is_power_of_two() {
+            bail!("--block-size {bs} must be a power of two from 4k to 1M");
+        }
     }
     devices::ensure_distinct(&a.backing, &a.cache)?;
     let backing = devices::open(&a.backing).context("backing device")?;
     let cache = devices::open(&a.cache).context("cache device")?;
+    let block_size = a.block_size.map_or_else(
+        || tiercache_engine::default_block_size(cache.size()),
+        |b| b as u32,
+    );
     let existing = tiercache_metadata::check(&*cache);
     if existing.superblock.is_some() && !a.force {
         bail!(
@@ -713,7 +725,7 @@ fn create(a: &CreateArgs) -> Result<()> {
     }
     let cfg = tiercache_engine::EngineConfig {
         mode: a.mode,
-        block_size: a.block_size as u32,
+        block_size,
         policy: PolicyConfig {
             replacement: a.policy,
             admission: a.admission,

@@ -129,7 +129,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
         // A RAM cache is volatile: nothing to open, nothing survives.
         let cfg = EngineConfig {
             mode: s.mode,
-            block_size: s.block_size,
+            block_size: s
+                .block_size
+                .unwrap_or_else(|| tiercache_engine::default_block_size(cache.size())),
             sequential_cutoff: s.sequential_cutoff,
             policy: s.policy.clone(),
             ..EngineConfig::default()
@@ -171,7 +173,9 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             {
                 let cfg = EngineConfig {
                     mode: s.mode,
-                    block_size: s.block_size,
+                    block_size: s
+                        .block_size
+                        .unwrap_or_else(|| tiercache_engine::default_block_size(cache.size())),
                     sequential_cutoff: s.sequential_cutoff,
                     policy: s.policy.clone(),
                     ..EngineConfig::default()

@@ -56,7 +56,7 @@ mod writeback;
 pub use bypass_read::BypassRead;
 pub use cached_read::{CachedRange, DirectPlan};
 pub use cleaner::{Cleaner, CleanerConfig, RateController};
-pub use config::EngineConfig;
+pub use config::{default_block_size, EngineConfig, DEFAULT_MAX_BLOCKS};
 pub use error::{EngineError, Result};
 pub use persist::{OpenOptions, OpenReport, PoolVolume};
 pub use pool::{VolumeHandle, MAX_VOLUME_NAME};
