@@ -22,8 +22,8 @@ pub struct EngineConfig {
 }
 
 /// The most cache blocks [`default_block_size`] lets a cache have before it
-/// doubles the block size: 16 Mi blocks, 400 MiB of RAM at the policy's
-/// 25 B per block.
+/// doubles the block size: 16 Mi blocks, 400 MiB of RAM at the engine's
+/// bound of 25 B per block.
 pub const DEFAULT_MAX_BLOCKS: u64 = 1 << 24;
 
 /// The block size a cache of `cache_bytes` gets when none is asked for:
