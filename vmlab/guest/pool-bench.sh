@@ -28,9 +28,9 @@
 # interleaved (the order alternating by round). Reported per run and as
 # medians over the rounds: the hot volumes' total IOPS and their p99
 # completion latency (all hot jobs' IOs together), the scanner's MiB/s,
-# the cache's read hit ratio over the measured run (bcache: its cache
-# set's hits and misses; tiercache: block hits and misses, all volumes) and
-# how busy the guest's CPUs were.
+# the hot volumes' read hit ratio over the measured run (bcache: their
+# backing devices' hits and misses; tiercache: their block hits and
+# misses) and how busy the guest's CPUs were.
 #
 #   vmlab/run.sh --timeout 3600 --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
 #       --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M \
@@ -96,7 +96,17 @@ bcache_setup() {
   echo 0 >"/sys/fs/bcache/$cset/congested_write_threshold_us"
   BCACHE_SET=/sys/fs/bcache/$cset
 }
-bcache_counters() { echo "$(cat "$BCACHE_SET/stats_total/cache_hits") $(cat "$BCACHE_SET/stats_total/cache_misses")"; }
+# *_counters: "hits misses" of the hot volumes' reads (every volume but the
+# last, the scanner's), so far. bcache counts its backing devices' requests
+# (these are 4k reads), tiercache its volumes' blocks (4 KiB by default).
+bcache_counters() {
+  local h=0 m=0 d
+  for d in "${DEVS[@]:0:$((NVOL - 1))}"; do
+    h=$((h + $(cat "/sys/block/${d#/dev/}/bcache/stats_total/cache_hits")))
+    m=$((m + $(cat "/sys/block/${d#/dev/}/bcache/stats_total/cache_misses")))
+  done
+  echo "$h $m"
+}
 bcache_teardown() {
   (cd "$BCACHE_SET/stats_total" && grep -H . ./*) >"$OUT/bcache-stats-$RUN.txt"
   local d
@@ -133,7 +143,12 @@ tiercache_setup() {
     DEVS+=("$dev")
   done
 }
-tiercache_counters() { tiercache stats --control "$TC_CONTROL" | awk '$1 == "reads" {print $4, $7}'; }
+tiercache_counters() {
+  tiercache stats --control "$TC_CONTROL" --prometheus | awk -v scan="volume=\"v$NVOL\"" '
+    /^tiercache_read_(hits|misses)_total[{]volume=/ && index($1, scan) == 0 {
+      if ($1 ~ /hits/) h += $2; else m += $2 }
+    END { print h + 0, m + 0 }'
+}
 # The server's CPU so far, in clock ticks (user + system, /proc/PID/stat).
 tiercache_cpu() { awk '{print $14 + $15}' "/proc/$TC_PID/stat"; }
 bcache_cpu() { echo -; }
@@ -260,7 +275,7 @@ col() { awk -v n="$2" -v c="$1" '$1 == n { print $c }' "$OUT/rows.txt" | median;
 {
   echo "Pool bench in the VM lab (qemu TCG; $(nproc) vCPUs; $(grep -qw sse4_2 /proc/cpuinfo && echo "with" || echo "without") SSE4.2; kernel $(uname -r)): $((NVOL - 1)) hot Zipf volumes + 1 sequential scanner, $NVOL HDDs of $(($(blockdev --getsize64 "${HDDS[0]}") >> 20)) MiB, one cache of $(($(blockdev --getsize64 "$SSD") >> 20)) MiB; medians of $ROUNDS interleaved rounds (${WARMUP}s warm-up, ${RUNTIME}s measured)"
   echo
-  echo "| set-up | hot volumes' total IOPS | hot volumes' p99 | scanner MiB/s | read hit ratio | guest CPU busy | server CPU per IO | rounds (IOPS / p99 ms) |"
+  echo "| set-up | hot volumes' total IOPS | hot volumes' p99 | scanner MiB/s | hot volumes' read hit ratio | guest CPU busy | server CPU per IO | rounds (IOPS / p99 ms) |"
   echo "|---|---:|---:|---:|---:|---:|---:|---|"
   for config in $CONFIGS; do
     per_round=$(awk -v n="$config" '$1 == n { printf "%s%d / %.2f", sep, $3, $4 / 1000; sep = ", " }' "$OUT/rows.txt")
