@@ -125,13 +125,15 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     };
     let cache = crate::devices::open(cache_spec).context("cache device")?;
     let clock = Arc::new(MonotonicClock::new());
+    // The block size of a cache formatted here (a RAM cache, `--create`).
+    let block_size = s
+        .block_size
+        .unwrap_or_else(|| tiercache_engine::default_block_size(cache.size()));
     let engine = if cache_spec.starts_with("mem:") {
         // A RAM cache is volatile: nothing to open, nothing survives.
         let cfg = EngineConfig {
             mode: s.mode,
-            block_size: s
-                .block_size
-                .unwrap_or_else(|| tiercache_engine::default_block_size(cache.size())),
+            block_size,
             sequential_cutoff: s.sequential_cutoff,
             policy: s.policy.clone(),
             ..EngineConfig::default()
@@ -173,9 +175,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
             {
                 let cfg = EngineConfig {
                     mode: s.mode,
-                    block_size: s
-                        .block_size
-                        .unwrap_or_else(|| tiercache_engine::default_block_size(cache.size())),
+                    block_size,
                     sequential_cutoff: s.sequential_cutoff,
                     policy: s.policy.clone(),
                     ..EngineConfig::default()
