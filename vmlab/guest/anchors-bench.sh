@@ -480,7 +480,7 @@ run_config() {
         --comms "$(seq -s, -f 'ublk-io-%g' 0 63),$(seq -s, -f 'nbd-worker-%g' 0 63)" 2>/dev/null |
         grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
       perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
-        --comms "ublk0,$(seq -s, -f 'nbd-conn-%g' 0 63)" 2>/dev/null |
+        --comms "$(seq -s, -f 'ublk-q%g' 0 31),$(seq -s, -f 'nbd-conn-%g' 0 63)" 2>/dev/null |
         grep '%' | head -n 120 >"$OUT/perf-$RUN-queues.txt" || true
     fi
     rm -f "$OUT/perf-$RUN.data"

@@ -89,7 +89,7 @@ ublk_specific_tests() {
   # and logs the counts when the device stops).
   local qid served
   for qid in $(seq 0 $((UBLK_QUEUES - 1))); do
-    served=$(grep -o "ublk queue $qid: [0-9]* requests served" "$OUT/tiercache-boot$VMLAB_BOOT.log" | tail -n 1 | awk '{print $4}')
+    served=$(grep -o "ublk$UBLK_ID queue $qid: [0-9]* requests served" "$OUT/tiercache-boot$VMLAB_BOOT.log" | tail -n 1 | awk '{print $4}')
     step "queue $qid served ${served:-no} requests"
     [ "${served:-0}" -gt 0 ] || fail "hardware queue $qid carried no request"
   done

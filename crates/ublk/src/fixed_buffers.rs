@@ -1,67 +1,133 @@
-//! A queue's registered buffer table: the buffers its io_uring reads and
-//! writes by index (`READ_FIXED`, `WRITE_FIXED`), their pages pinned once
-//! when registered instead of on every IO (in the VM lab's profile the
-//! per-IO pinning, `gup_fast_fallback` and the bio's page walk, was a
-//! tenth of the queue thread's time).
+//! A queue thread's registered buffer table: the buffers its io_uring
+//! reads and writes by index (`READ_FIXED`, `WRITE_FIXED`), their pages
+//! pinned once when registered instead of on every IO (in the VM lab's
+//! profile the per-IO pinning, `gup_fast_fallback` and the bio's page
+//! walk, was a tenth of the queue thread's time).
 //!
-//! Layout: index `t` is tag `t`'s buffer (the request's data: hits and
-//! bypassed reads are read into it); index `depth + t` is tag `t`'s scratch
-//! buffer (a miss's whole block, read from the backing file and written
-//! from there into the cache file), registered when the tag first needs
-//! one ([`TagScratch`]).
+//! The thread's ring has one sparse table ([`BufferTable`]), shared out
+//! among the device queues it serves: each queue gets `2 * depth`
+//! consecutive indices from `base`. Index `base + t` is tag `t`'s buffer
+//! (the request's data: hits and bypassed reads are read into it); index
+//! `base + depth + t` is tag `t`'s scratch buffer (a miss's whole block,
+//! read from the backing file and written from there into the cache
+//! file), registered when the tag first needs one ([`TagScratch`]).
 //!
 //! Contract: a registered buffer is only ever read into for a request of
 //! its own tag, whose task owns it and waits for each IO's completion;
 //! every buffer outlives the IOs on it (the tag buffers live until the
-//! queue's thread unregisters the table, after its tasks have finished; a
-//! scratch buffer is replaced in the table before it is freed).
+//! queue's indices are cleared, after its tasks have finished; a scratch
+//! buffer is replaced in the table before it is freed).
 
+use crate::queue_thread::ThreadCtx;
+use crate::ring::QueueRing;
 use libublk::helpers::IoBuf;
-use libublk::io::UblkQueue;
 use std::sync::Arc;
 
 use crate::server::TagSlot;
 
-/// What the queue's table holds.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FixedTable {
-    /// The number of tags (the scratch buffers' first index); None if the
-    /// scratch half could not be reserved.
-    scratch_base: Option<u16>,
+/// The most indices a ring's table may have (the kernel's limit).
+const MOST_INDICES: u32 = 1 << 14;
+
+/// Which indices of a ring's sparse table are free.
+pub(crate) struct BufferTable {
+    /// Free ranges (start, length), sorted by start, never adjacent.
+    free: Vec<(u32, u32)>,
 }
 
-/// Registers the tags' buffers with this thread's io_uring (index = tag),
-/// with room for the tags' scratch buffers after them. Some if the tags'
-/// buffers are registered; None (plain reads and writes) if the kernel
-/// refuses, e.g. over the locked-memory limit of an unprivileged server.
-pub(crate) fn register(queue: &UblkQueue<'_>, slots: &[Arc<TagSlot>]) -> Option<FixedTable> {
-    let iovecs: Vec<libc::iovec> = slots.iter().map(|s| iovec_of(&s.buf)).collect();
-    let depth = u16::try_from(slots.len()).ok()?;
-    // (The queue is made: the thread's ring is its ring.)
-    // SAFETY (both calls): each iovec is a tag's whole buffer, which lives
-    // in `slots` until `serve_queue` returns, after it unregisters them;
-    // the kernel writes into a buffer only for a READ_FIXED that this
-    // queue submits for that tag's request, within the request's length.
-    let sparse = libublk::io::with_task_io_ring(|r| {
-        let s = r.submitter();
-        s.register_buffers_sparse(2 * u32::from(depth))?;
-        unsafe { s.register_buffers_update(0, &iovecs, None) }
-    });
-    if sparse.is_ok() {
-        return Some(FixedTable {
-            scratch_base: Some(depth),
-        });
+impl BufferTable {
+    /// Registers a sparse table with `ring`, as large as the kernel takes
+    /// (none at all: every queue uses plain reads and writes).
+    pub(crate) fn register(ring: &QueueRing) -> BufferTable {
+        for size in [MOST_INDICES, 4096, 1024] {
+            if ring
+                .with_submitter(|s| s.register_buffers_sparse(size))
+                .is_ok()
+            {
+                return BufferTable {
+                    free: vec![(0, size)],
+                };
+            }
+        }
+        log::info!("ublk queue thread: no registered buffer table; IO uses plain reads");
+        BufferTable { free: Vec::new() }
     }
-    let _ = libublk::io::with_task_io_ring(|r| r.submitter().unregister_buffers());
-    let registered =
-        libublk::io::with_task_io_ring(|r| unsafe { r.submitter().register_buffers(&iovecs) });
-    match registered {
-        Ok(()) => Some(FixedTable { scratch_base: None }),
+
+    /// `n` consecutive indices, if free.
+    fn take(&mut self, n: u32) -> Option<u32> {
+        let k = self.free.iter().position(|&(_, len)| len >= n)?;
+        let (start, len) = self.free[k];
+        if len == n {
+            self.free.remove(k);
+        } else {
+            self.free[k] = (start + n, len - n);
+        }
+        Some(start)
+    }
+
+    /// Gives back `n` indices from `start`.
+    fn give_back(&mut self, start: u32, n: u32) {
+        let k = self.free.partition_point(|&(s, _)| s < start);
+        self.free.insert(k, (start, n));
+        if k + 1 < self.free.len() && start + n == self.free[k + 1].0 {
+            self.free[k].1 += self.free[k + 1].1;
+            self.free.remove(k + 1);
+        }
+        if k > 0 && self.free[k - 1].0 + self.free[k - 1].1 == start {
+            self.free[k - 1].1 += self.free[k].1;
+            self.free.remove(k);
+        }
+    }
+}
+
+/// One queue's part of the table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FixedTable {
+    /// Tag 0's index.
+    base: u16,
+    /// The queue's depth (the scratch buffers' offset from `base`).
+    depth: u16,
+}
+
+impl FixedTable {
+    /// Tag `tag`'s buffer's index.
+    pub(crate) fn tag_index(self, tag: u16) -> u16 {
+        self.base + tag
+    }
+}
+
+/// Registers the tags' buffers (index = base + tag), with room for the
+/// tags' scratch buffers after them. None (plain reads and writes) if the
+/// table is full or the kernel refuses, e.g. over the locked-memory limit
+/// of an unprivileged server.
+pub(crate) fn register(ctx: &ThreadCtx, slots: &[Arc<TagSlot>]) -> Option<FixedTable> {
+    let depth = u16::try_from(slots.len()).ok()?;
+    let base = ctx.buffers.borrow_mut().take(2 * u32::from(depth))?;
+    let Ok(base16) = u16::try_from(base) else {
+        ctx.buffers
+            .borrow_mut()
+            .give_back(base, 2 * u32::from(depth));
+        return None;
+    };
+    let iovecs: Vec<libc::iovec> = slots.iter().map(|s| iovec_of(&s.buf)).collect();
+    // SAFETY: each iovec is a tag's whole buffer, which lives in the
+    // queue's slots until its tasks have finished and `unregister` has
+    // cleared these indices; the kernel writes into a buffer only for a
+    // READ_FIXED that this queue submits for that tag's request, within
+    // the request's length.
+    let r = ctx
+        .ring
+        .with_submitter(|s| unsafe { s.register_buffers_update(base, &iovecs, None) });
+    match r {
+        Ok(_) => Some(FixedTable {
+            base: base16,
+            depth,
+        }),
         Err(e) => {
-            log::info!(
-                "ublk queue {}: tag buffers not registered ({e}); IO uses plain reads",
-                queue.get_qid()
-            );
+            log::info!("ublk: tag buffers not registered ({e}); IO uses plain reads");
+            clear(&ctx.ring, base, 2 * u32::from(depth));
+            ctx.buffers
+                .borrow_mut()
+                .give_back(base, 2 * u32::from(depth));
             None
         }
     }
@@ -70,19 +136,33 @@ pub(crate) fn register(queue: &UblkQueue<'_>, slots: &[Arc<TagSlot>]) -> Option<
 /// What a queue's table holds, for its log line.
 pub(crate) fn describe(table: Option<FixedTable>) -> &'static str {
     match table {
-        Some(FixedTable {
-            scratch_base: Some(_),
-        }) => "the tags' and their scratch buffers",
-        Some(_) => "the tags'",
+        Some(_) => "the tags' and their scratch buffers",
         None => "none",
     }
 }
 
-/// Unregisters the table (every tag task has finished: no IO into its
-/// buffers is in flight).
-pub(crate) fn unregister(qid: u16) {
-    if let Err(e) = libublk::io::with_task_io_ring(|r| r.submitter().unregister_buffers()) {
-        log::debug!("ublk queue {qid}: unregistering the buffers: {e}");
+/// Clears the queue's indices and gives them back (every tag task has
+/// finished: no IO into its buffers is in flight).
+pub(crate) fn unregister(ctx: &ThreadCtx, table: FixedTable) {
+    let n = 2 * u32::from(table.depth);
+    clear(&ctx.ring, u32::from(table.base), n);
+    ctx.buffers.borrow_mut().give_back(u32::from(table.base), n);
+}
+
+/// Empties `n` indices from `start` (an empty iovec is an empty slot).
+fn clear(ring: &QueueRing, start: u32, n: u32) {
+    let empty = vec![
+        libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        n as usize
+    ];
+    // SAFETY: empty slots name no memory.
+    if let Err(e) =
+        ring.with_submitter(|s| unsafe { s.register_buffers_update(start, &empty, None) })
+    {
+        log::debug!("ublk: clearing registered buffers: {e}");
     }
 }
 
@@ -109,14 +189,14 @@ impl TagScratch {
         TagScratch {
             buf: None,
             index: None,
-            slot: table.and_then(|t| t.scratch_base).map(|base| base + tag),
+            slot: table.map(|t| t.base + t.depth + tag),
         }
     }
 
     /// A buffer of at least `need` bytes, aligned to 4096, and its index in
     /// the table (None: use plain reads and writes). Only while no IO on
     /// the previous buffer is in flight (the tag's task waits for each).
-    pub(crate) fn get(&mut self, need: usize) -> (&IoBuf<u8>, Option<u16>) {
+    pub(crate) fn get(&mut self, ring: &QueueRing, need: usize) -> (&IoBuf<u8>, Option<u16>) {
         if !self.buf.as_ref().is_some_and(|b| b.len() >= need) {
             let buf = IoBuf::new(need);
             // Registered before the old buffer is freed: the update
@@ -124,10 +204,10 @@ impl TagScratch {
             self.index = self.slot.filter(|&i| {
                 // SAFETY: `buf` is kept in `self` until it is replaced here
                 // (after this update) or the tag's task ends (no IO in
-                // flight); see the module's contract.
-                let r = libublk::io::with_task_io_ring(|r| unsafe {
-                    r.submitter()
-                        .register_buffers_update(u32::from(i), &[iovec_of(&buf)], None)
+                // flight, and the queue's indices are cleared after); see
+                // the module's contract.
+                let r = ring.with_submitter(|s| unsafe {
+                    s.register_buffers_update(u32::from(i), &[iovec_of(&buf)], None)
                 });
                 if let Err(e) = &r {
                     log::debug!("ublk: scratch buffer not registered ({e}); plain IO");
@@ -137,5 +217,30 @@ impl TagScratch {
             self.buf = Some(buf);
         }
         (self.buf.as_ref().expect("made above"), self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_ranges_are_taken_and_merged_back() {
+        let mut t = BufferTable {
+            free: vec![(0, 100)],
+        };
+        let a = t.take(30).unwrap();
+        let b = t.take(30).unwrap();
+        let c = t.take(30).unwrap();
+        assert_eq!((a, b, c), (0, 30, 60));
+        assert_eq!(t.take(20), None);
+        t.give_back(b, 30);
+        assert_eq!(t.free, vec![(30, 30), (90, 10)]);
+        t.give_back(a, 30);
+        assert_eq!(t.free, vec![(0, 60), (90, 10)]);
+        t.give_back(c, 30);
+        assert_eq!(t.free, vec![(0, 100)]);
+        assert_eq!(t.take(100), Some(0));
+        assert!(t.free.is_empty());
     }
 }

@@ -32,12 +32,16 @@
 //!
 //! # Threads
 //!
-//! libublk runs one thread per hardware queue, each an async executor
-//! around an io_uring with one task per tag (queue depth). The export's
-//! calls block, so they do not run there: each request goes to a shared
-//! [`pool::WorkerPool`], and its completion comes back to the queue thread
-//! through an eventfd that the queue keeps a read posted on (see
-//! [`pool`]). A queue therefore has up to `depth` requests in the
+//! libublk drives the control device only; the queues are served here.
+//! Queue `q` of every device of the process is served by one queue thread
+//! (`queue_thread.rs`), an async executor around one io_uring (`ring.rs`)
+//! with one task per tag of each device (`device_queue.rs`): a pool of many
+//! volumes runs as many queue threads as one device has queues. Hits,
+//! bypassed reads and misses on files are read through that io_uring; the
+//! export's other calls block, so they do not run there: each goes to the
+//! device's [`pool::WorkerPool`], and its completion comes back to the
+//! queue thread through an eventfd that the thread keeps a read posted on
+//! (see [`pool`]). A queue therefore has up to `depth` requests in the
 //! export at once, limited by the pool size.
 //!
 //! # Lifetime
@@ -57,11 +61,14 @@
 //! [`UblkServer::start`] (and [`check_kernel_support`]) fail with
 //! [`StartError::NoKernelSupport`], whose message says what to do.
 
+mod device_queue;
 mod fixed_buffers;
 pub mod params;
 pub mod pool;
+mod queue_thread;
 pub mod recovery;
 pub mod request;
+mod ring;
 mod server;
 mod start_error;
 

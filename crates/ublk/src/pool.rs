@@ -1,7 +1,7 @@
 //! Running blocking export calls off the queue threads.
 //!
-//! A libublk queue thread runs a single-threaded async executor around one
-//! io_uring: it must never block, or every other tag of that queue waits.
+//! A queue thread runs a single-threaded async executor around one
+//! io_uring: it must never block, or every other tag it serves waits.
 //! The export's calls block (the engine does synchronous IO on the cache
 //! and backing devices), so each request is handed to a [`WorkerPool`]
 //! thread. The worker stores the result in the tag's [`Completion`], which
@@ -189,7 +189,7 @@ impl Drop for Submitter {
 /// `PR_SET_IO_FLUSHER`, memory reclaim in these threads does not wait for
 /// writeback to the very device they serve. Best effort: it needs
 /// CAP_SYS_RESOURCE, and nothing else depends on it.
-fn mark_io_flusher() {
+pub(crate) fn mark_io_flusher() {
     const PR_SET_IO_FLUSHER: libc::c_int = 57;
     // SAFETY: prctl with integer arguments only; no memory is passed.
     unsafe {

@@ -2,35 +2,39 @@
 //! server left, see [`crate::recovery`]), run its queues, then delete it
 //! or hand it over to the next server.
 
+use crate::device_queue::DeviceQueue;
 use crate::fixed_buffers::{self, FixedTable, TagScratch};
 use crate::params::{device_params, Geometry};
-use crate::pool::{Completion, Notifier, Submitter, WorkerPool};
+use crate::pool::{Completion, Submitter, WorkerPool};
+use crate::queue_thread::{queue_thread, ThreadCtx};
 use crate::request::{decode, execute, execute_if_quick, Request};
+use crate::ring::QueueRing;
 use crate::start_error::describe;
 pub use crate::start_error::{StartError, CONTROL_PATH};
 use io_uring::{opcode, types};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
-use libublk::io::{UblkDev, UblkQueue};
-use libublk::uring_async::ublk_submit_sqe_async;
-use libublk::{BufDesc, UblkError, UblkFlags, UblkUringData};
+use libublk::io::UblkDev;
+use libublk::{UblkError, UblkFlags};
+use parking_lot::{Condvar, Mutex};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use tiercache_frontend::{Checked, Export, ReadPiece};
 
 /// How to serve an export as a ublk device.
 #[derive(Debug, Clone)]
 pub struct UblkConfig {
-    /// Hardware queues (one io_uring thread each), 1..=32. Default 1, as
-    /// ublksrv's and rublk's: one queue thread takes every CPU's requests
-    /// in larger batches and contends with no other queue thread for the
-    /// engine (in the VM lab, 2 vCPUs: 28-35% less of tiercache's CPU per
-    /// IO than one queue per CPU, docs/BENCHMARKS.md). More for a fast
-    /// cache device that one thread cannot keep busy.
+    /// Hardware queues, 1..=32. Queue `q` of every device of the process
+    /// is served by queue thread `q` (`queue_thread.rs`), so this is
+    /// also the number of queue threads. Default 1, as ublksrv's and
+    /// rublk's: one queue thread takes every CPU's requests in larger
+    /// batches and contends with no other queue thread for the engine (in
+    /// the VM lab, 2 vCPUs: 28-35% less of tiercache's CPU per IO than one
+    /// queue per CPU, docs/BENCHMARKS.md). More for a fast cache device
+    /// that one thread cannot keep busy.
     pub queues: u16,
     /// Requests in flight per queue, 1..=4096.
     pub depth: u16,
@@ -102,7 +106,8 @@ pub struct UblkServer {
     ctrl: Arc<UblkCtrl>,
     dev_id: u32,
     geometry: Geometry,
-    runner: Option<JoinHandle<Result<(), String>>>,
+    /// The device's queues still served; None once stopped or handed over.
+    queues: Option<Arc<QueuesLeft>>,
     pool: Option<WorkerPool>,
     /// Not the whole [`Shared`]: its [`Submitter`] would keep the worker
     /// pool from shutting down.
@@ -110,14 +115,50 @@ pub struct UblkServer {
     recovered: bool,
 }
 
-/// What every queue thread shares.
+/// What the device's queues share.
 struct Shared {
     export: Arc<dyn Export>,
     jobs: Submitter,
-    /// One per queue, indexed by queue id; made before the device starts
-    /// so that a failure is reported instead of stalling the start.
-    notifiers: Vec<Arc<Notifier>>,
     gate: Arc<Gate>,
+}
+
+/// How many of a device's queues are still served, and why the last
+/// failed ones did.
+struct QueuesLeft {
+    left: Mutex<(usize, Option<String>)>,
+    changed: Condvar,
+}
+
+impl QueuesLeft {
+    fn new(n: usize) -> Arc<QueuesLeft> {
+        Arc::new(QueuesLeft {
+            left: Mutex::new((n, None)),
+            changed: Condvar::new(),
+        })
+    }
+
+    /// A queue has stopped (with an error if `why`).
+    fn done(&self, why: Option<String>) {
+        let mut l = self.left.lock();
+        l.0 -= 1;
+        if why.is_some() {
+            l.1 = why;
+        }
+        self.changed.notify_all();
+    }
+
+    fn all_done(&self) -> bool {
+        self.left.lock().0 == 0
+    }
+
+    /// Waits until every queue has stopped; the last error, if any.
+    fn wait(&self) -> Result<(), String> {
+        let mut l = self.left.lock();
+        while l.0 > 0 {
+            self.changed.wait(&mut l);
+        }
+        l.1.clone().map_or(Ok(()), Err)
+    }
 }
 
 /// Whether requests may still reach the export (see
@@ -219,53 +260,90 @@ impl UblkServer {
         };
         let ctrl = Arc::new(ctrl);
         let dev_id = ctrl.dev_info().dev_id;
-
         let pool = WorkerPool::new(cfg.worker_count(), "ublk-io")
             .map_err(|e| StartError::Driver(format!("starting worker threads: {e}")))?;
-        let notifiers = (0..cfg.queues)
-            .map(|_| Notifier::new().map(Arc::new))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| StartError::Driver(format!("creating eventfds: {e}")))?;
+        let dev_size = params.basic.dev_sectors << crate::request::SECTOR_SHIFT;
+        // Opens /dev/ublkcN; START_DEV sends these parameters.
+        let dev = UblkDev::new(
+            "tiercache".to_string(),
+            move |dev: &mut UblkDev| {
+                dev.tgt.dev_size = dev_size;
+                dev.tgt.params = params;
+                Ok(())
+            },
+            &ctrl,
+        )
+        .map_err(|e| StartError::Driver(format!("opening the device: {}", describe(&e))))?;
+        let dev = Arc::new(dev);
+        let nr_queues = dev.dev_info.nr_hw_queues;
         let shared = Arc::new(Shared {
             export,
             jobs: pool.submitter(),
-            notifiers,
             gate: Arc::new(Gate::default()),
         });
         let gate = shared.gate.clone();
-        let (started_tx, started_rx) = mpsc::channel::<Result<(), String>>();
-        let runner = {
-            let ctrl = ctrl.clone();
-            let started = started_tx.clone();
-            std::thread::Builder::new()
-                .name(format!("ublk{dev_id}"))
-                .spawn(move || run_device(&ctrl, params, shared, started))
-                .map_err(|e| StartError::Driver(format!("starting the device thread: {e}")))?
-        };
-        drop(started_tx);
+        let queues = QueuesLeft::new(usize::from(nr_queues));
         let mut server = UblkServer {
             ctrl,
             dev_id,
             geometry,
-            runner: Some(runner),
+            queues: Some(queues.clone()),
             pool: Some(pool),
             gate,
             recovered,
         };
-        match started_rx.recv() {
-            Ok(Ok(())) => {
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        for qid in 0..nr_queues {
+            let thread = match queue_thread(qid) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("starting queue thread {qid}: {e}")));
+                    queues.done(None);
+                    continue;
+                }
+            };
+            let (dev, shared, ready, queues) = (
+                dev.clone(),
+                shared.clone(),
+                ready_tx.clone(),
+                queues.clone(),
+            );
+            thread.run(move |ctx| start_queue(ctx, dev, qid, shared, ready, queues));
+        }
+        drop(ready_tx);
+        drop(shared);
+        let mut failed = None;
+        for _ in 0..nr_queues {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(m)) => failed = Some(m),
+                Err(mpsc::RecvError) => failed = Some("a queue never started".to_string()),
+            }
+        }
+        if let Some(m) = failed {
+            // Without START_DEV, stopping it aborts the tags that did post.
+            let _ = ensure_ctrl_ring();
+            let _ = server.ctrl.kill_dev();
+            let _ = server.ctrl.del_dev_async();
+            server.queues = None;
+            return Err(StartError::Driver(m));
+        }
+        // Every queue has posted its tags (START_DEV waits for that in the
+        // kernel too); libublk's start waits for this count first.
+        for _ in 0..nr_queues {
+            dev.notify_buffer_registration_complete(false);
+        }
+        let started = ensure_ctrl_ring().and_then(|()| server.ctrl.start_dev(&dev));
+        drop(dev);
+        match started {
+            Ok(_) => {
                 tiercache_frontend::prefer_no_scheduler(&format!("ublkb{dev_id}"));
                 Ok(server)
             }
-            Ok(Err(m)) => {
+            Err(e) => {
+                let m = format!("starting the device: {}", describe(&e));
                 let _ = server.shutdown();
                 Err(StartError::Driver(m))
-            }
-            Err(mpsc::RecvError) => {
-                let why = server.shutdown().err().unwrap_or_default();
-                Err(StartError::Driver(format!(
-                    "the device stopped while starting {why}"
-                )))
             }
         }
     }
@@ -300,7 +378,7 @@ impl UblkServer {
     /// True once the queues have stopped by themselves (the device was
     /// deleted from outside, e.g. `ublk del`, or a queue failed).
     pub fn has_exited(&self) -> bool {
-        self.runner.as_ref().map_or(true, |r| r.is_finished())
+        self.queues.as_ref().map_or(true, |q| q.all_done())
     }
 
     /// Stops and deletes the device: the kernel fails new IO, requests in
@@ -335,11 +413,11 @@ impl UblkServer {
         while self.gate.busy.load(Ordering::SeqCst) != 0 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        // The queue threads stay blocked in the kernel until the process
-        // exits: neither stop nor delete the device, nor let our control
-        // delete it when dropped.
+        // The device's tags stay posted until the process exits: neither
+        // stop nor delete the device, nor let our control delete it when
+        // dropped.
         self.ctrl.disown();
-        self.runner.take();
+        self.queues.take();
         if let Some(pool) = self.pool.take() {
             std::mem::forget(pool);
         }
@@ -351,7 +429,7 @@ impl UblkServer {
     }
 
     fn shutdown(&mut self) -> Result<(), String> {
-        let Some(runner) = self.runner.take() else {
+        let Some(queues) = self.queues.take() else {
             return Ok(());
         };
         // The device may be stopped from another thread than the one that
@@ -364,10 +442,13 @@ impl UblkServer {
         if let Err(e) = self.ctrl.kill_dev() {
             log::debug!("ublk{}: stop: {}", self.dev_id, describe(&e));
         }
-        let result = match runner.join() {
-            Ok(r) => r,
-            Err(_) => Err("a ublk queue thread panicked".to_string()),
-        };
+        // Stopped, the driver aborts every posted tag: the queues end.
+        let result = queues.wait();
+        // Removes libublk's record of the device (and stops it, if the
+        // kill above failed).
+        if let Err(e) = self.ctrl.stop_dev() {
+            log::debug!("ublk{}: stop: {}", self.dev_id, describe(&e));
+        }
         // DEL_DEV waits until nobody has /dev/ublkbN open any more (a
         // mounted file system, a process holding it): that must not keep
         // the caller from shutting the export down. DEL_DEV_ASYNC (Linux
@@ -410,43 +491,6 @@ fn ensure_ctrl_ring() -> Result<(), UblkError> {
     })
 }
 
-/// The device thread: sets the parameters, starts one thread per queue,
-/// starts the device, reports on `started`, and returns when every queue
-/// has stopped.
-fn run_device(
-    ctrl: &UblkCtrl,
-    params: libublk::sys::ublk_params,
-    shared: Arc<Shared>,
-    started: mpsc::Sender<Result<(), String>>,
-) -> Result<(), String> {
-    // Control commands go through a per-thread io_uring; this thread
-    // sends START (and STOP when run_target returns).
-    ensure_ctrl_ring().map_err(|e| format!("control ring: {}", describe(&e)))?;
-    let notify_started = started.clone();
-    let result = ctrl.run_target(
-        move |dev: &mut UblkDev| {
-            dev.tgt.dev_size = params.basic.dev_sectors << crate::request::SECTOR_SHIFT;
-            dev.tgt.params = params;
-            // One extra io_uring slot per queue for the eventfd read.
-            dev.tgt.sq_depth = dev.dev_info.queue_depth + 1;
-            dev.tgt.cq_depth = dev.dev_info.queue_depth + 1;
-            Ok(())
-        },
-        move |qid, dev: &UblkDev| serve_queue(qid, dev, &shared),
-        move |_ctrl: &UblkCtrl| {
-            let _ = notify_started.send(Ok(()));
-        },
-    );
-    match result {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let m = format!("running the device: {}", describe(&e));
-            let _ = started.send(Err(m.clone()));
-            Err(m)
-        }
-    }
-}
-
 /// One tag's buffer and result slot. Shared (`Arc`) between the tag's task
 /// and the worker running its request, so that the memory outlives both.
 pub(crate) struct TagSlot {
@@ -478,13 +522,30 @@ struct BufPtr(*mut u8, usize);
 // tag's current request (see `serve_tag`), while the tag's task waits.
 unsafe impl Send for BufPtr {}
 
-/// A queue thread: one async task per tag and one draining the eventfd,
-/// on a local executor driven by the queue's io_uring.
-fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
-    // Declared before the queue, so dropped after it: the kernel uses the
-    // buffers until the queue is down.
+/// Joins queue `qid` of `dev` to the calling queue thread: maps its IO
+/// descriptors, registers its tags' buffers, and spawns one task per tag
+/// (each posts its tag at once) and one that cleans up after them. Says
+/// on `ready` whether the queue is served; counts itself out of `queues`
+/// when it ends.
+fn start_queue(
+    ctx: &Rc<ThreadCtx>,
+    dev: Arc<UblkDev>,
+    qid: u16,
+    shared: Arc<Shared>,
+    ready: mpsc::Sender<Result<(), String>>,
+    queues: Arc<QueuesLeft>,
+) {
     let buf_bytes = dev.dev_info.max_io_buf_bytes as usize;
-    let slots: Vec<Arc<TagSlot>> = (0..dev.dev_info.queue_depth)
+    let dq = match DeviceQueue::map(dev, qid) {
+        Ok(q) => Rc::new(q),
+        Err(e) => {
+            let m = format!("mapping queue {qid}'s descriptors: {e}");
+            let _ = ready.send(Err(m.clone()));
+            queues.done(Some(m));
+            return;
+        }
+    };
+    let slots: Vec<Arc<TagSlot>> = (0..dq.depth())
         .map(|_| {
             Arc::new(TagSlot {
                 buf: IoBuf::new(buf_bytes),
@@ -492,108 +553,81 @@ fn serve_queue(qid: u16, dev: &UblkDev, shared: &Arc<Shared>) {
             })
         })
         .collect();
-    let notifier = shared.notifiers[usize::from(qid)].clone();
-    // Where the eventfd reads land. Leaked (8 bytes per queue thread): the
-    // queue's io_uring is a thread-local of libublk that outlives this
-    // function, and a read may still be posted on it when we return.
-    let eventfd_target_ptr: *mut u64 = Box::leak(Box::new(0u64));
-
-    let queue = match UblkQueue::new(qid, dev) {
-        Ok(q) => Rc::new(q),
-        Err(e) => {
-            log::error!("ublk queue {qid}: {}", describe(&e));
-            return;
-        }
-    };
     // Reads into a tag's buffer, and a miss's IO on its scratch buffer,
     // are READ_FIXED / WRITE_FIXED when registered (None: plain IO).
-    let table = fixed_buffers::register(&queue, &slots);
-    let exe = Rc::new(smol::LocalExecutor::new());
+    let table = fixed_buffers::register(ctx, &slots);
     let served = Rc::new(Served::default());
-    let mut tag_tasks = Vec::new();
-    for tag in queue.tags() {
-        let (q, slot, shared, notifier, served) = (
-            queue.clone(),
-            slots[tag as usize].clone(),
-            shared.clone(),
-            notifier.clone(),
-            served.clone(),
-        );
-        tag_tasks.push(exe.spawn(async move {
-            match serve_tag(&q, tag, slot, table, &shared, notifier, &served).await {
-                Ok(()) | Err(UblkError::QueueIsDown) => {}
-                Err(e) => log::error!("ublk queue {qid} tag {tag}: {}", describe(&e)),
-            }
-        }));
-    }
-    let efd = notifier.raw_fd();
-    // Not in tag_tasks: it never finishes by itself; it is dropped with
-    // the executor once every tag task has finished.
-    let _drain = exe.spawn(async move {
-        loop {
-            let read = opcode::Read::new(types::Fd(efd), eventfd_target_ptr.cast(), 8).build();
-            match ublk_submit_sqe_async(read, UblkUringData::Target as u64).await {
-                Ok(8) => {}
-                Ok(r) => {
-                    log::debug!("ublk queue {qid}: eventfd read returned {r}");
-                    if r < 0 && r != -libc::EINTR && r != -libc::EAGAIN {
-                        break;
-                    }
+    let tags: Vec<smol::Task<()>> = (0..dq.depth())
+        .map(|tag| {
+            let (ctx2, dq, slot, shared, served) = (
+                ctx.clone(),
+                dq.clone(),
+                slots[usize::from(tag)].clone(),
+                shared.clone(),
+                served.clone(),
+            );
+            ctx.exe.spawn(async move {
+                if let Err(e) = serve_tag(&ctx2, &dq, tag, slot, table, &shared, &served).await {
+                    log::error!("ublk{} queue {qid} tag {tag}: {e}", dq.dev_id());
                 }
-                Err(e) => {
-                    log::debug!("ublk queue {qid}: eventfd read: {}", describe(&e));
-                    break;
-                }
+            })
+        })
+        .collect();
+    let ctx2 = ctx.clone();
+    ctx.exe
+        .spawn(async move {
+            for t in tags {
+                t.await;
             }
-        }
-    });
-    let q = queue.clone();
-    let exe2 = exe.clone();
-    smol::block_on(exe.run(async move {
-        let run_ops = || while exe2.try_tick() {};
-        let done = || tag_tasks.iter().all(|t| t.is_finished());
-        if let Err(e) = libublk::wait_and_handle_io_events(&q, Some(20), run_ops, done).await {
-            log::error!("ublk queue {qid}: {}", describe(&e));
-        }
-    }));
-    log::info!(
-        "ublk queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses; registered buffers: {}",
-        served.requests.get(),
-        served.ring_reads.get(),
-        served.ring_misses.get(),
-        fixed_buffers::describe(table)
-    );
-    drop(_drain);
-    drop(exe);
-    drop(queue);
-    if table.is_some() {
-        // Every tag task has finished: no IO on the buffers is in flight.
-        // The ring outlives this function (a thread-local of libublk); the
-        // buffers do not.
-        fixed_buffers::unregister(qid);
-    }
+            log::info!(
+                "ublk{} queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses; registered buffers: {}",
+                dq.dev_id(),
+                served.requests.get(),
+                served.ring_reads.get(),
+                served.ring_misses.get(),
+                fixed_buffers::describe(table)
+            );
+            // Every tag task has finished: no IO on the buffers is in
+            // flight, and no command names them.
+            if let Some(t) = table {
+                fixed_buffers::unregister(&ctx2, t);
+            }
+            drop(slots);
+            drop(dq);
+            queues.done(None);
+        })
+        .detach();
+    let _ = ready.send(Ok(()));
 }
 
-/// One tag: fetch a request, run it on a worker, commit the result, and
-/// fetch the next, until the queue goes down.
+/// One tag: post it, run each request it gets (on this thread when it
+/// can, else on a worker), commit the result and wait for the next,
+/// until the queue goes down.
 async fn serve_tag(
-    q: &UblkQueue<'_>,
+    ctx: &Rc<ThreadCtx>,
+    q: &DeviceQueue,
     tag: u16,
     slot: Arc<TagSlot>,
     table: Option<FixedTable>,
     shared: &Shared,
-    notifier: Arc<Notifier>,
     served: &Served,
-) -> Result<(), UblkError> {
-    q.submit_io_prep_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), 0, Some(&slot.buf))
-        .await?;
-    // This tag's buffer's index in the queue's table.
-    let fixed = table.map(|_| tag);
+) -> Result<(), String> {
+    let ring = &ctx.ring;
+    let notifier = &ctx.notifier;
+    let buf_ptr = slot.buf.as_mut_ptr();
+    // SAFETY: the tag's buffer lives in `slot`, which `start_queue`'s
+    // clean-up task keeps until every tag task has ended, i.e. the queue
+    // is down.
+    if let Err(down) = unsafe { q.fetch(ring, tag, buf_ptr) }.await {
+        return queue_down(down.0);
+    }
+    // This tag's buffer's index in the ring's table.
+    let fixed = table.map(|t| t.tag_index(tag));
     // Where this tag's misses are read to and filled from (`direct_miss`),
     // made at the first one.
     let mut scratch = TagScratch::new(tag, table);
     loop {
-        let iod = q.get_iod(tag);
+        let iod = q.iod(tag);
         shared.gate.busy.fetch_add(1, Ordering::SeqCst);
         if shared.gate.handing_over.load(Ordering::SeqCst) {
             // Left to the next server: the kernel re-issues it when this
@@ -605,11 +639,11 @@ async fn serve_tag(
             Err(errno) => errno,
             Ok(req) => 'result: {
                 // A cache hit on a cache file, or a read that surely
-                // bypasses the cache: read through this queue's io_uring,
+                // bypasses the cache: read through this thread's io_uring,
                 // no thread hand-off and no blocking.
                 if let Request::Read { offset, len } = req {
                     if let Some(result) =
-                        direct_read(&*shared.export, offset, len, &slot.buf, fixed).await
+                        direct_read(ring, &*shared.export, offset, len, &slot.buf, fixed).await
                     {
                         bump(&served.ring_reads);
                         break 'result result;
@@ -632,11 +666,12 @@ async fn serve_tag(
                 if let Some(result) = quick {
                     break 'result result;
                 }
-                // A miss on files: read and promote through this queue's
+                // A miss on files: read and promote through this thread's
                 // io_uring too, no worker round trip.
                 if let Request::Read { offset, len } = req {
                     if let Some(result) =
-                        direct_miss(&*shared.export, offset, len, &slot.buf, &mut scratch).await
+                        direct_miss(ring, &*shared.export, offset, len, &slot.buf, &mut scratch)
+                            .await
                     {
                         bump(&served.ring_misses);
                         break 'result result;
@@ -674,8 +709,9 @@ async fn serve_tag(
         bump(&served.requests);
         if result < 0 {
             log::debug!(
-                "ublk queue {} tag {tag}: op_flags {:#x} sector {} sectors {} failed: {}",
-                q.get_qid(),
+                "ublk{} queue {} tag {tag}: op_flags {:#x} sector {} sectors {} failed: {}",
+                q.dev_id(),
+                q.qid(),
                 iod.op_flags,
                 iod.start_sector,
                 iod.nr_sectors,
@@ -683,15 +719,32 @@ async fn serve_tag(
             );
         } else {
             log::trace!(
-                "ublk queue {} tag {tag}: op_flags {:#x} sector {} sectors {} -> {result}",
-                q.get_qid(),
+                "ublk{} queue {} tag {tag}: op_flags {:#x} sector {} sectors {} -> {result}",
+                q.dev_id(),
+                q.qid(),
                 iod.op_flags,
                 iod.start_sector,
                 iod.nr_sectors,
             );
         }
-        q.submit_io_commit_cmd(tag, BufDesc::Slice(slot.buf.as_slice()), result)
-            .await?;
+        // SAFETY: as for the fetch above.
+        if let Err(down) = unsafe { q.commit_and_fetch(ring, tag, buf_ptr, result) }.await {
+            return queue_down(down.0);
+        }
+    }
+}
+
+/// A tag's command ended with `res` instead of a request: the queue was
+/// stopped (`UBLK_IO_RES_ABORT`, the normal end), or the driver refused
+/// the command.
+fn queue_down(res: i32) -> Result<(), String> {
+    if res == libublk::sys::UBLK_IO_RES_ABORT {
+        Ok(())
+    } else {
+        Err(format!(
+            "the driver ended the tag's command: {}",
+            std::io::Error::from_raw_os_error(-res)
+        ))
     }
 }
 
@@ -702,6 +755,7 @@ async fn serve_tag(
 /// again itself). `fixed`: the
 /// index `buf` is registered under with the ring, if it is.
 async fn direct_read(
+    ring: &Rc<QueueRing>,
     export: &dyn Export,
     offset: u64,
     len: u32,
@@ -747,10 +801,9 @@ async fn direct_read(
                 .offset(file_offset)
                 .build(),
         };
-        outcome = uring_result(
-            ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
-            n,
-        );
+        // SAFETY: see above; the file stays open while the export's
+        // read plan lives, until `finish` below.
+        outcome = uring_result(unsafe { ring.push(sqe) }.await, n);
         if outcome.is_err() {
             break;
         }
@@ -772,6 +825,7 @@ async fn direct_read(
 /// cannot serve it so, or the backing read failed: the export then reads
 /// it again itself).
 async fn direct_miss(
+    ring: &Rc<QueueRing>,
     export: &dyn Export,
     offset: u64,
     len: u32,
@@ -795,7 +849,7 @@ async fn direct_miss(
         let _ = miss.finish(Err(bad), None, &[]);
         return None;
     }
-    let (scratch, index) = scratch.get(need);
+    let (scratch, index) = scratch.get(ring, need);
     let src = miss.source;
     // SAFETY: `src.len <= need <= scratch.len()`, so the kernel writes
     // inside the scratch buffer, which this tag's task owns (nothing else
@@ -812,10 +866,9 @@ async fn direct_miss(
             .offset(src.offset)
             .build(),
     };
-    let read = uring_result(
-        ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
-        src.len,
-    );
+    // SAFETY: see above; the backing file stays open while the miss's
+    // plan lives, until `finish` below.
+    let read = uring_result(unsafe { ring.push(sqe) }.await, src.len);
     if read.is_err() {
         if let Err(e) = miss.finish(read, None, &[]) {
             log::debug!("ublk: direct miss at {offset} failed ({e}); reading it again");
@@ -848,10 +901,9 @@ async fn direct_miss(
                     .offset(f.offset)
                     .build(),
             };
-            Some(uring_result(
-                ublk_submit_sqe_async(sqe, UblkUringData::Target as u64).await,
-                f.len,
-            ))
+            // SAFETY: as above; the cache file stays open while the
+            // plan lives.
+            Some(uring_result(unsafe { ring.push(sqe) }.await, f.len))
         }
         _ => None,
     };
@@ -867,12 +919,11 @@ async fn direct_miss(
 }
 
 /// An io_uring IO's outcome: Ok if it moved exactly `n` bytes.
-fn uring_result(r: Result<i32, UblkError>, n: usize) -> std::io::Result<()> {
+fn uring_result(r: i32, n: usize) -> std::io::Result<()> {
     match r {
-        Ok(r) if r >= 0 && r as usize == n => Ok(()),
-        Ok(r) if r < 0 => Err(std::io::Error::from_raw_os_error(-r)),
-        Ok(r) => Err(std::io::Error::other(format!("short IO: {r} of {n} bytes"))),
-        Err(e) => Err(std::io::Error::other(describe(&e))),
+        r if r >= 0 && r as usize == n => Ok(()),
+        r if r < 0 => Err(std::io::Error::from_raw_os_error(-r)),
+        r => Err(std::io::Error::other(format!("short IO: {r} of {n} bytes"))),
     }
 }
 

@@ -1,0 +1,171 @@
+//! One device queue's command channel with the kernel's ublk driver,
+//! spoken over a queue thread's io_uring: `FETCH_REQ` posts a tag's
+//! buffer and resolves when the kernel hands that tag a request;
+//! `COMMIT_AND_FETCH_REQ` completes the request and waits for the tag's
+//! next one. The request itself is read from the queue's IO descriptors,
+//! which the driver shares with the server (a read-only mapping of
+//! `/dev/ublkcN`).
+//!
+//! Contract: every command of a queue comes from the one thread serving
+//! it (the driver refuses others); a tag has at most one command in
+//! flight; the buffer a command names is the tag's, and lives until the
+//! queue is down.
+
+use crate::ring::QueueRing;
+use io_uring::{opcode, types};
+use libublk::io::UblkDev;
+use libublk::sys;
+use std::io;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The queue has been stopped: no request will come for the tag.
+#[derive(Debug)]
+pub(crate) struct QueueDown(pub(crate) i32);
+
+/// One queue of one device, as its serving thread sees it.
+pub(crate) struct DeviceQueue {
+    /// Holds `/dev/ublkcN` open for the mapping and the commands.
+    dev: Arc<UblkDev>,
+    qid: u16,
+    depth: u16,
+    /// The driver's IO descriptors, one per tag.
+    iods: *const sys::ublksrv_io_desc,
+    map_len: usize,
+    /// Commands take the ioctl-encoded opcodes.
+    ioctl_encode: bool,
+}
+
+impl DeviceQueue {
+    /// Maps queue `qid`'s IO descriptors of `dev`.
+    pub(crate) fn map(dev: Arc<UblkDev>, qid: u16) -> io::Result<DeviceQueue> {
+        let depth = dev.dev_info.queue_depth;
+        let page = 4096usize;
+        let desc = std::mem::size_of::<sys::ublksrv_io_desc>();
+        let map_len = (usize::from(depth) * desc).div_ceil(page) * page;
+        let stride = (sys::UBLK_MAX_QUEUE_DEPTH as usize * desc).div_ceil(page) * page;
+        let offset = sys::UBLKSRV_CMD_BUF_OFFSET as usize + usize::from(qid) * stride;
+        // SAFETY: a fresh read-only shared mapping of the character
+        // device's descriptor area for this queue (the layout the driver
+        // documents: UBLKSRV_CMD_BUF_OFFSET, a maximal queue's area per
+        // queue); the result is checked, and unmapped in Drop.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                dev.tgt.fds[0],
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(DeviceQueue {
+            ioctl_encode: dev.dev_info.flags & u64::from(sys::UBLK_F_CMD_IOCTL_ENCODE) != 0,
+            dev,
+            qid,
+            depth,
+            iods: p.cast(),
+            map_len,
+        })
+    }
+
+    pub(crate) fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    pub(crate) fn depth(&self) -> u16 {
+        self.depth
+    }
+
+    pub(crate) fn dev_id(&self) -> u32 {
+        self.dev.dev_info.dev_id
+    }
+
+    /// Tag `tag`'s current request (valid from its fetch's completion to
+    /// its commit).
+    pub(crate) fn iod(&self, tag: u16) -> sys::ublksrv_io_desc {
+        assert!(tag < self.depth);
+        // SAFETY: `tag < depth`, within the mapping; the driver writes a
+        // descriptor before completing the tag's fetch, so it is stable
+        // while we read it.
+        unsafe { std::ptr::read_volatile(self.iods.add(usize::from(tag))) }
+    }
+
+    /// Posts tag `tag` with its buffer `buf`, and waits for its first
+    /// request.
+    ///
+    /// # Safety
+    /// `buf` is the tag's buffer of `max_io_buf_bytes`, alive until the
+    /// queue is down; the kernel copies a request's data into and out of
+    /// it.
+    pub(crate) async unsafe fn fetch(
+        &self,
+        ring: &Rc<QueueRing>,
+        tag: u16,
+        buf: *mut u8,
+    ) -> Result<(), QueueDown> {
+        // SAFETY: the caller's.
+        unsafe { self.command(ring, sys::UBLK_U_IO_FETCH_REQ, tag, buf, 0) }.await
+    }
+
+    /// Completes tag `tag`'s request with `result` (bytes or `-errno`) and
+    /// waits for its next request.
+    ///
+    /// # Safety
+    /// As [`DeviceQueue::fetch`].
+    pub(crate) async unsafe fn commit_and_fetch(
+        &self,
+        ring: &Rc<QueueRing>,
+        tag: u16,
+        buf: *mut u8,
+        result: i32,
+    ) -> Result<(), QueueDown> {
+        // SAFETY: the caller's.
+        unsafe { self.command(ring, sys::UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, buf, result) }.await
+    }
+
+    async unsafe fn command(
+        &self,
+        ring: &Rc<QueueRing>,
+        op: u32,
+        tag: u16,
+        buf: *mut u8,
+        result: i32,
+    ) -> Result<(), QueueDown> {
+        let op = if self.ioctl_encode { op } else { op & 0xff };
+        let mut cmd = [0u8; 16];
+        cmd[0..2].copy_from_slice(&self.qid.to_ne_bytes());
+        cmd[2..4].copy_from_slice(&tag.to_ne_bytes());
+        cmd[4..8].copy_from_slice(&result.to_ne_bytes());
+        cmd[8..16].copy_from_slice(&(buf as u64).to_ne_bytes());
+        let sqe = opcode::UringCmd16::new(types::Fd(self.cdev()), op)
+            .cmd(cmd)
+            .build();
+        // SAFETY: the command names the tag's buffer, which the caller
+        // keeps alive until the queue is down; the device file lives in
+        // `self.dev`, which the tasks keep until then too.
+        let r = unsafe { ring.push(sqe) }.await;
+        if r == sys::UBLK_IO_RES_OK as i32 {
+            Ok(())
+        } else {
+            Err(QueueDown(r))
+        }
+    }
+
+    fn cdev(&self) -> RawFd {
+        self.dev.tgt.fds[0]
+    }
+}
+
+impl Drop for DeviceQueue {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe {
+            libc::munmap(self.iods as *mut libc::c_void, self.map_len);
+        }
+    }
+}
