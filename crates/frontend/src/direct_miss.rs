@@ -26,7 +26,9 @@ pub trait MissOps {
     /// of writing the fill (None if it was not written); `scratch`, the
     /// scratch buffer. Ok: the client's bytes copied out of the scratch
     /// buffer are right. Err: they are not; read the range with
-    /// [`Export::read`](crate::Export::read) instead.
+    /// [`Export::read`](crate::Export::read) instead. With `read` Ok it
+    /// must return Ok, whatever became of the fill: a front end may answer
+    /// the client before the fill is written (ublk does).
     fn finish(
         self: Box<Self>,
         read: io::Result<()>,

@@ -12,7 +12,7 @@
 //! queue is down.
 
 use crate::ring::QueueRing;
-use io_uring::{opcode, types};
+use io_uring::{opcode, squeue, types};
 use libublk::io::UblkDev;
 use libublk::sys;
 use std::io;
@@ -128,6 +128,16 @@ impl DeviceQueue {
         unsafe { self.command(ring, sys::UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, buf, result) }.await
     }
 
+    /// The SQE of [`DeviceQueue::commit_and_fetch`], for a caller that
+    /// chains it after the request's reads ([`QueueRing::push_chain`]);
+    /// [`next_request`] reads its result.
+    ///
+    /// # Safety
+    /// As [`DeviceQueue::fetch`], once the SQE is pushed.
+    pub(crate) unsafe fn commit_sqe(&self, tag: u16, buf: *mut u8, result: i32) -> squeue::Entry {
+        self.command_sqe(sys::UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, buf, result)
+    }
+
     async unsafe fn command(
         &self,
         ring: &Rc<QueueRing>,
@@ -136,28 +146,36 @@ impl DeviceQueue {
         buf: *mut u8,
         result: i32,
     ) -> Result<(), QueueDown> {
+        let sqe = self.command_sqe(op, tag, buf, result);
+        // SAFETY: the command names the tag's buffer, which the caller
+        // keeps alive until the queue is down; the device file lives in
+        // `self.dev`, which the tasks keep until then too.
+        next_request(unsafe { ring.push(sqe) }.await)
+    }
+
+    fn command_sqe(&self, op: u32, tag: u16, buf: *mut u8, result: i32) -> squeue::Entry {
         let op = if self.ioctl_encode { op } else { op & 0xff };
         let mut cmd = [0u8; 16];
         cmd[0..2].copy_from_slice(&self.qid.to_ne_bytes());
         cmd[2..4].copy_from_slice(&tag.to_ne_bytes());
         cmd[4..8].copy_from_slice(&result.to_ne_bytes());
         cmd[8..16].copy_from_slice(&(buf as u64).to_ne_bytes());
-        let sqe = opcode::UringCmd16::new(types::Fd(self.cdev()), op)
+        opcode::UringCmd16::new(types::Fd(self.cdev()), op)
             .cmd(cmd)
-            .build();
-        // SAFETY: the command names the tag's buffer, which the caller
-        // keeps alive until the queue is down; the device file lives in
-        // `self.dev`, which the tasks keep until then too.
-        let r = unsafe { ring.push(sqe) }.await;
-        if r == sys::UBLK_IO_RES_OK as i32 {
-            Ok(())
-        } else {
-            Err(QueueDown(r))
-        }
+            .build()
     }
 
     fn cdev(&self) -> RawFd {
         self.dev.tgt.fds[0]
+    }
+}
+
+/// What a fetch's or commit's result says: Ok, the tag has a request.
+pub(crate) fn next_request(r: i32) -> Result<(), QueueDown> {
+    if r == sys::UBLK_IO_RES_OK as i32 {
+        Ok(())
+    } else {
+        Err(QueueDown(r))
     }
 }
 

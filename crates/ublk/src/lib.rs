@@ -62,6 +62,7 @@
 //! [`StartError::NoKernelSupport`], whose message says what to do.
 
 mod device_queue;
+mod direct;
 mod fixed_buffers;
 pub mod params;
 pub mod pool;

@@ -2,16 +2,16 @@
 //! server left, see [`crate::recovery`]), run its queues, then delete it
 //! or hand it over to the next server.
 
-use crate::device_queue::DeviceQueue;
+use crate::device_queue::{next_request, DeviceQueue};
+use crate::direct::{direct_miss, direct_read, TagBuffer};
 use crate::fixed_buffers::{self, FixedTable, TagScratch};
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Submitter, WorkerPool};
 use crate::queue_thread::{queue_thread, ThreadCtx};
 use crate::request::{decode, execute, execute_if_quick, Request};
-use crate::ring::QueueRing;
+use crate::ring::Op;
 use crate::start_error::describe;
 pub use crate::start_error::{StartError, CONTROL_PATH};
-use io_uring::{opcode, types};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
 use libublk::helpers::IoBuf;
 use libublk::io::UblkDev;
@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
-use tiercache_frontend::{Checked, Export, ReadPiece};
+use tiercache_frontend::Export;
 
 /// How to serve an export as a ublk device.
 #[derive(Debug, Clone)]
@@ -635,18 +635,25 @@ async fn serve_tag(
             shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
             return std::future::pending().await;
         }
-        let result = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
-            Err(errno) => errno,
+        let outcome = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
+            Err(errno) => Outcome::Commit(errno),
             Ok(req) => 'result: {
                 // A cache hit on a cache file, or a read that surely
                 // bypasses the cache: read through this thread's io_uring,
-                // no thread hand-off and no blocking.
+                // no thread hand-off and no blocking, and committed by the
+                // kernel right after the reads.
                 if let Request::Read { offset, len } = req {
-                    if let Some(result) =
-                        direct_read(ring, &*shared.export, offset, len, &slot.buf, fixed).await
+                    let tag = TagBuffer {
+                        queue: q,
+                        tag,
+                        buf: &slot.buf,
+                        fixed,
+                    };
+                    if let Some(commit) =
+                        direct_read(ring, &tag, &*shared.export, offset, len).await
                     {
                         bump(&served.ring_reads);
-                        break 'result result;
+                        break 'result Outcome::Committing(commit);
                     }
                 }
                 // A cache hit is answered on this thread: no hand-off to a
@@ -664,17 +671,22 @@ async fn serve_tag(
                     Some(-libc::EIO)
                 });
                 if let Some(result) = quick {
-                    break 'result result;
+                    break 'result Outcome::Commit(result);
                 }
                 // A miss on files: read and promote through this thread's
                 // io_uring too, no worker round trip.
                 if let Request::Read { offset, len } = req {
-                    if let Some(result) =
-                        direct_miss(ring, &*shared.export, offset, len, &slot.buf, &mut scratch)
-                            .await
+                    let tag = TagBuffer {
+                        queue: q,
+                        tag,
+                        buf: &slot.buf,
+                        fixed,
+                    };
+                    if let Some(commit) =
+                        direct_miss(ring, &tag, &*shared.export, offset, len, &mut scratch).await
                     {
                         bump(&served.ring_misses);
-                        break 'result result;
+                        break 'result Outcome::Committing(commit);
                     }
                 }
                 let (job_slot, export, notifier) =
@@ -698,15 +710,24 @@ async fn serve_tag(
                     job_slot.done.complete(result);
                     notifier.notify();
                 });
-                if queued {
+                Outcome::Commit(if queued {
                     slot.done.wait().await
                 } else {
                     -libc::EIO
-                }
+                })
             }
         };
         shared.gate.busy.fetch_sub(1, Ordering::SeqCst);
         bump(&served.requests);
+        let result = match outcome {
+            Outcome::Committing(commit) => {
+                if let Err(down) = next_request(commit.await) {
+                    return queue_down(down.0);
+                }
+                continue;
+            }
+            Outcome::Commit(result) => result,
+        };
         if result < 0 {
             log::debug!(
                 "ublk{} queue {} tag {tag}: op_flags {:#x} sector {} sectors {} failed: {}",
@@ -734,6 +755,15 @@ async fn serve_tag(
     }
 }
 
+/// How a request ends.
+enum Outcome {
+    /// Its result, to commit.
+    Commit(i32),
+    /// Committed already, chained after its reads: the commit, which
+    /// resolves with the tag's next request.
+    Committing(Op),
+}
+
 /// A tag's command ended with `res` instead of a request: the queue was
 /// stopped (`UBLK_IO_RES_ABORT`, the normal end), or the driver refused
 /// the command.
@@ -745,185 +775,6 @@ fn queue_down(res: i32) -> Result<(), String> {
             "the driver ended the tag's command: {}",
             std::io::Error::from_raw_os_error(-res)
         ))
-    }
-}
-
-/// Serves a read straight from the export's files through the queue's
-/// io_uring ([`Export::begin_direct_read`]: a hit, or a read that bypasses
-/// the cache). Some(result to commit) if it did; None if the read must go
-/// another way (neither, or a file read failed: the export then reads it
-/// again itself). `fixed`: the
-/// index `buf` is registered under with the ring, if it is.
-async fn direct_read(
-    ring: &Rc<QueueRing>,
-    export: &dyn Export,
-    offset: u64,
-    len: u32,
-    buf: &IoBuf<u8>,
-    fixed: Option<u16>,
-) -> Option<i32> {
-    let req = Request::Read { offset, len };
-    let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
-        return None; // `execute` explains or answers it
-    };
-    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        export.begin_direct_read(offset, len)
-    }))
-    .unwrap_or_else(|_| {
-        log::error!("ublk: the export panicked planning a read at {offset}");
-        None
-    })?;
-    let mut outcome = Ok(());
-    for &ReadPiece {
-        fd,
-        at: file_offset,
-        into: buf_offset,
-        len: n,
-    } in &read.pieces
-    {
-        if buf_offset + n > len as usize {
-            outcome = Err(std::io::Error::other("a piece beyond the request"));
-            break;
-        }
-        // SAFETY: `buf_offset + n <= len <= buf.len()` (checked above:
-        // `check` bounds a read by the buffer), so
-        // the kernel writes inside the tag's buffer. Nothing else touches
-        // that buffer until this request is committed (see the worker's
-        // comment in `serve_tag`), and this task waits for the read's
-        // completion before going on; the buffer lives in the tag's slot,
-        // which outlives the task.
-        let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
-        let sqe = match fixed {
-            Some(index) => opcode::ReadFixed::new(types::Fd(fd), ptr, n as u32, index)
-                .offset(file_offset)
-                .build(),
-            None => opcode::Read::new(types::Fd(fd), ptr, n as u32)
-                .offset(file_offset)
-                .build(),
-        };
-        // SAFETY: see above; the file stays open while the export's
-        // read plan lives, until `finish` below.
-        outcome = uring_result(unsafe { ring.push(sqe) }.await, n);
-        if outcome.is_err() {
-            break;
-        }
-    }
-    match read.finish(outcome) {
-        Ok(()) => Some(len as i32),
-        Err(e) => {
-            log::debug!("ublk: direct read at {offset} failed ({e}); reading it again");
-            None
-        }
-    }
-}
-
-/// Serves a read miss through the queue's io_uring
-/// ([`Export::begin_direct_miss`]): the backing file read into the tag's
-/// `scratch` buffer, the request's bytes copied to the tag's buffer, then
-/// the promotion written from `scratch` to the cache file. Some(result to
-/// commit) if it did; None if the read must go another way (the export
-/// cannot serve it so, or the backing read failed: the export then reads
-/// it again itself).
-async fn direct_miss(
-    ring: &Rc<QueueRing>,
-    export: &dyn Export,
-    offset: u64,
-    len: u32,
-    buf: &IoBuf<u8>,
-    scratch: &mut TagScratch,
-) -> Option<i32> {
-    let req = Request::Read { offset, len };
-    let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
-        return None;
-    };
-    let mut miss = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        export.begin_direct_miss(offset, len)
-    }))
-    .unwrap_or_else(|_| {
-        log::error!("ublk: the export panicked planning a miss at {offset}");
-        None
-    })?;
-    let need = miss.scratch_len();
-    if miss.data_at + len as usize > miss.source.len {
-        let bad = std::io::Error::other("the request's bytes beyond the source");
-        let _ = miss.finish(Err(bad), None, &[]);
-        return None;
-    }
-    let (scratch, index) = scratch.get(ring, need);
-    let src = miss.source;
-    // SAFETY: `src.len <= need <= scratch.len()`, so the kernel writes
-    // inside the scratch buffer, which this tag's task owns (nothing else
-    // reads or writes it). The task is never dropped with an IO in flight:
-    // `serve_queue` runs the executor until every tag task has finished,
-    // as for the tag buffers.
-    let sqe = match index {
-        Some(i) => {
-            opcode::ReadFixed::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32, i)
-                .offset(src.offset)
-                .build()
-        }
-        None => opcode::Read::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32)
-            .offset(src.offset)
-            .build(),
-    };
-    // SAFETY: see above; the backing file stays open while the miss's
-    // plan lives, until `finish` below.
-    let read = uring_result(unsafe { ring.push(sqe) }.await, src.len);
-    if read.is_err() {
-        if let Err(e) = miss.finish(read, None, &[]) {
-            log::debug!("ublk: direct miss at {offset} failed ({e}); reading it again");
-        }
-        return None;
-    }
-    // SAFETY: `data_at + len <= src.len <= scratch.len()` (checked above)
-    // and `len <= buf.len()` (`check`); the tag's buffer is ours until the
-    // commit (see the worker's comment in `serve_tag`); the two buffers
-    // are distinct allocations.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            scratch.as_ptr().add(miss.data_at),
-            buf.as_mut_ptr(),
-            len as usize,
-        );
-    }
-    let fill_range = miss.fill;
-    let fill = match fill_range {
-        Some(f) if f.len <= need && miss.begin_fill() => {
-            // SAFETY: the kernel reads `f.len <= scratch.len()` bytes of
-            // the scratch buffer, which nothing writes meanwhile.
-            let sqe = match index {
-                Some(i) => {
-                    opcode::WriteFixed::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32, i)
-                        .offset(f.offset)
-                        .build()
-                }
-                None => opcode::Write::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32)
-                    .offset(f.offset)
-                    .build(),
-            };
-            // SAFETY: as above; the cache file stays open while the
-            // plan lives.
-            Some(uring_result(unsafe { ring.push(sqe) }.await, f.len))
-        }
-        _ => None,
-    };
-    // SAFETY: every IO into the scratch buffer has completed.
-    let bytes = unsafe { std::slice::from_raw_parts(scratch.as_ptr(), need) };
-    match miss.finish(Ok(()), fill, bytes) {
-        Ok(()) => Some(len as i32),
-        Err(e) => {
-            log::debug!("ublk: direct miss at {offset} failed ({e}); reading it again");
-            None
-        }
-    }
-}
-
-/// An io_uring IO's outcome: Ok if it moved exactly `n` bytes.
-fn uring_result(r: i32, n: usize) -> std::io::Result<()> {
-    match r {
-        r if r >= 0 && r as usize == n => Ok(()),
-        r if r < 0 => Err(std::io::Error::from_raw_os_error(-r)),
-        r => Err(std::io::Error::other(format!("short IO: {r} of {n} bytes"))),
     }
 }
 

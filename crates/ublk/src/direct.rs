@@ -1,0 +1,238 @@
+//! Requests a queue thread serves through its own io_uring, without a
+//! worker: a hit or a bypassed read ([`direct_read`]) and a miss on files
+//! ([`direct_miss`]).
+//!
+//! A direct read's reads and the request's commit go to the kernel as one
+//! chain (`IOSQE_IO_LINK`): the commit runs in the kernel as soon as the
+//! last read has completed in full, without waiting for the queue thread
+//! to see the reads' completions, and a failed or short read cancels it.
+
+use crate::device_queue::DeviceQueue;
+use crate::fixed_buffers::TagScratch;
+use crate::request::Request;
+use crate::ring::{Op, QueueRing};
+use io_uring::{opcode, types};
+use libublk::helpers::IoBuf;
+use std::rc::Rc;
+use tiercache_frontend::{Checked, Export, ReadPiece};
+
+/// A tag of a device queue and its buffer.
+#[derive(Clone, Copy)]
+pub(crate) struct TagBuffer<'a> {
+    pub(crate) queue: &'a DeviceQueue,
+    pub(crate) tag: u16,
+    pub(crate) buf: &'a IoBuf<u8>,
+    /// The buffer's index among the ring's registered buffers, if it is
+    /// registered.
+    pub(crate) fixed: Option<u16>,
+}
+
+/// Serves a read straight from the export's files through the queue's
+/// io_uring ([`Export::begin_direct_read`]: a hit, or a read that bypasses
+/// the cache), committing the request to the kernel after its reads.
+/// Some(the commit, which resolves with the tag's next request) if it did;
+/// None if the read must go another way and be committed by the caller
+/// (neither a hit nor a bypass, or a file read failed: the export then
+/// reads it again itself).
+pub(crate) async fn direct_read(
+    ring: &Rc<QueueRing>,
+    tag: &TagBuffer<'_>,
+    export: &dyn Export,
+    offset: u64,
+    len: u32,
+) -> Option<Op> {
+    let TagBuffer {
+        queue: q,
+        tag,
+        buf,
+        fixed,
+    } = *tag;
+    let req = Request::Read { offset, len };
+    let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
+        return None; // `execute` explains or answers it
+    };
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        export.begin_direct_read(offset, len)
+    }))
+    .unwrap_or_else(|_| {
+        log::error!("ublk: the export panicked planning a read at {offset}");
+        None
+    })?;
+    let mut sqes = Vec::with_capacity(read.pieces.len() + 1);
+    for &ReadPiece {
+        fd,
+        at: file_offset,
+        into: buf_offset,
+        len: n,
+    } in &read.pieces
+    {
+        if buf_offset + n > len as usize {
+            let _ = read.finish(Err(std::io::Error::other("a piece beyond the request")));
+            return None;
+        }
+        // SAFETY (of the pointer): `buf_offset + n <= len <= buf.len()`
+        // (checked above: `check` bounds a read by the buffer), so the
+        // kernel writes inside the tag's buffer.
+        let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
+        sqes.push(match fixed {
+            Some(index) => opcode::ReadFixed::new(types::Fd(fd), ptr, n as u32, index)
+                .offset(file_offset)
+                .build(),
+            None => opcode::Read::new(types::Fd(fd), ptr, n as u32)
+                .offset(file_offset)
+                .build(),
+        });
+    }
+    // SAFETY (of the command): it names the tag's buffer, as every commit.
+    sqes.push(unsafe { q.commit_sqe(tag, buf.as_mut_ptr(), len as i32) });
+    // SAFETY: nothing else touches the tag's buffer until this request is
+    // committed (see the worker's comment in `serve_tag`), and this task
+    // waits for every read's completion before going on; the buffer lives
+    // in the tag's slot, which outlives the task; the files stay open while
+    // the export's read plan lives, until `finish` below.
+    let Some(mut ops) = (unsafe { ring.push_chain(&sqes) }) else {
+        let _ = read.finish(Err(std::io::Error::other("a chain longer than the ring")));
+        return None;
+    };
+    let commit = ops.pop().expect("the commit ends the chain");
+    let mut outcome = Ok(());
+    for (op, piece) in ops.into_iter().zip(&read.pieces) {
+        let r = uring_result(op.await, piece.len);
+        if outcome.is_ok() {
+            outcome = r;
+        }
+    }
+    let served = outcome.is_ok();
+    let finished = read.finish(outcome);
+    if served {
+        // The kernel has the data already: `DirectRead::finish`'s
+        // contract is Ok for a read whose pieces all came in.
+        if let Err(e) = finished {
+            log::error!("ublk: a direct read at {offset} was refused after it was served: {e}");
+        }
+        return Some(commit);
+    }
+    // The chain broke before the commit: the request is still ours.
+    let r = commit.await;
+    if r != -libc::ECANCELED {
+        log::error!("ublk: a commit after a failed read at {offset} ended with {r}");
+    }
+    log::debug!("ublk: direct read at {offset} failed; reading it again");
+    None
+}
+
+/// Serves a read miss through the queue's io_uring
+/// ([`Export::begin_direct_miss`]): the backing file read into the tag's
+/// `scratch` buffer, the request's bytes copied to the tag's buffer and
+/// the request committed, then the promotion written from `scratch` to the
+/// cache file (the client does not wait for it). Some(the commit, which
+/// resolves with the tag's next request) if it did; None if the read must
+/// go another way and be committed by the caller (the export cannot serve
+/// it so, or the backing read failed: the export then reads it again
+/// itself).
+pub(crate) async fn direct_miss(
+    ring: &Rc<QueueRing>,
+    tag: &TagBuffer<'_>,
+    export: &dyn Export,
+    offset: u64,
+    len: u32,
+    scratch: &mut TagScratch,
+) -> Option<Op> {
+    let buf = tag.buf;
+    let req = Request::Read { offset, len };
+    let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
+        return None;
+    };
+    let mut miss = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        export.begin_direct_miss(offset, len)
+    }))
+    .unwrap_or_else(|_| {
+        log::error!("ublk: the export panicked planning a miss at {offset}");
+        None
+    })?;
+    let need = miss.scratch_len();
+    if miss.data_at + len as usize > miss.source.len {
+        let bad = std::io::Error::other("the request's bytes beyond the source");
+        let _ = miss.finish(Err(bad), None, &[]);
+        return None;
+    }
+    let (scratch, index) = scratch.get(ring, need);
+    let src = miss.source;
+    // SAFETY: `src.len <= need <= scratch.len()`, so the kernel writes
+    // inside the scratch buffer, which this tag's task owns (nothing else
+    // reads or writes it). The task is never dropped with an IO in flight:
+    // `serve_queue` runs the executor until every tag task has finished,
+    // as for the tag buffers.
+    let sqe = match index {
+        Some(i) => {
+            opcode::ReadFixed::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32, i)
+                .offset(src.offset)
+                .build()
+        }
+        None => opcode::Read::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32)
+            .offset(src.offset)
+            .build(),
+    };
+    // SAFETY: see above; the backing file stays open while the miss's
+    // plan lives, until `finish` below.
+    let read = uring_result(unsafe { ring.push(sqe) }.await, src.len);
+    if read.is_err() {
+        if let Err(e) = miss.finish(read, None, &[]) {
+            log::debug!("ublk: direct miss at {offset} failed ({e}); reading it again");
+        }
+        return None;
+    }
+    // SAFETY: `data_at + len <= src.len <= scratch.len()` (checked above)
+    // and `len <= buf.len()` (`check`); the tag's buffer is ours until the
+    // commit (see the worker's comment in `serve_tag`); the two buffers
+    // are distinct allocations.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            scratch.as_ptr().add(miss.data_at),
+            buf.as_mut_ptr(),
+            len as usize,
+        );
+    }
+    // The client's bytes are in its buffer: `DirectMiss::finish`'s
+    // contract is Ok once the source read has succeeded, so the request
+    // is committed now, before the fill.
+    // SAFETY: the commit names the tag's buffer, as every commit; it is
+    // not touched again until the tag's next request.
+    let commit = unsafe { ring.push(tag.queue.commit_sqe(tag.tag, buf.as_mut_ptr(), len as i32)) };
+    let fill_range = miss.fill;
+    let fill = match fill_range {
+        Some(f) if f.len <= need && miss.begin_fill() => {
+            // SAFETY: the kernel reads `f.len <= scratch.len()` bytes of
+            // the scratch buffer, which nothing writes meanwhile.
+            let sqe = match index {
+                Some(i) => {
+                    opcode::WriteFixed::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32, i)
+                        .offset(f.offset)
+                        .build()
+                }
+                None => opcode::Write::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32)
+                    .offset(f.offset)
+                    .build(),
+            };
+            // SAFETY: as above; the cache file stays open while the
+            // plan lives.
+            Some(uring_result(unsafe { ring.push(sqe) }.await, f.len))
+        }
+        _ => None,
+    };
+    // SAFETY: every IO into the scratch buffer has completed.
+    let bytes = unsafe { std::slice::from_raw_parts(scratch.as_ptr(), need) };
+    if let Err(e) = miss.finish(Ok(()), fill, bytes) {
+        log::error!("ublk: a direct miss at {offset} was refused after it was served: {e}");
+    }
+    Some(commit)
+}
+
+/// An io_uring IO's outcome: Ok if it moved exactly `n` bytes.
+fn uring_result(r: i32, n: usize) -> std::io::Result<()> {
+    match r {
+        r if r >= 0 && r as usize == n => Ok(()),
+        r if r < 0 => Err(std::io::Error::from_raw_os_error(-r)),
+        r => Err(std::io::Error::other(format!("short IO: {r} of {n} bytes"))),
+    }
+}
