@@ -19,10 +19,11 @@ use crate::pool::Notifier;
 use crate::ring::QueueRing;
 use io_uring::{opcode, types};
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Submission queue entries of a queue thread's ring: what one loop
 /// queues before it enters the kernel (more is submitted on the way).
@@ -40,6 +41,30 @@ pub(crate) struct ThreadCtx {
     pub(crate) buffers: RefCell<BufferTable>,
     /// This thread's wake-up, for the worker threads' completions.
     pub(crate) notifier: Arc<Notifier>,
+    /// How the thread's time went, since it started.
+    pub(crate) time: Cell<ThreadTime>,
+}
+
+/// Where a queue thread's time went: running its tasks, or in
+/// `io_uring_enter` (submitting, and waiting for a completion).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ThreadTime {
+    /// Loops: each runs the woken tasks, then enters the kernel once.
+    pub(crate) loops: u64,
+    pub(crate) running: Duration,
+    pub(crate) in_kernel: Duration,
+}
+
+impl std::fmt::Display for ThreadTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} loops, {:.1} s running tasks, {:.1} s in io_uring_enter",
+            self.loops,
+            self.running.as_secs_f64(),
+            self.in_kernel.as_secs_f64()
+        )
+    }
 }
 
 /// A running queue thread.
@@ -97,6 +122,7 @@ fn serve(thread: &Arc<QueueThread>, ready: std::sync::mpsc::Sender<io::Result<()
         exe: Rc::new(smol::LocalExecutor::new()),
         buffers: RefCell::new(buffers),
         notifier: thread.notifier.clone(),
+        time: Cell::new(ThreadTime::default()),
     });
     let (mine, wake_ctx) = (thread.clone(), ctx.clone());
     ctx.exe
@@ -122,17 +148,26 @@ fn serve(thread: &Arc<QueueThread>, ready: std::sync::mpsc::Sender<io::Result<()
                         "ublk queue thread: eventfd read: {}",
                         io::Error::from_raw_os_error(-r)
                     );
-                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    std::thread::sleep(Duration::from_millis(10));
                 }
             }
         })
         .detach();
     let _ = ready.send(Ok(()));
+    let mut t0 = Instant::now();
     loop {
         while ctx.exe.try_tick() {}
+        let t1 = Instant::now();
         if let Err(e) = ring.submit_and_wait(1) {
             log::error!("ublk queue thread: io_uring_enter: {e}");
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(10));
         }
+        let t2 = Instant::now();
+        let mut time = ctx.time.get();
+        time.loops += 1;
+        time.running += t1 - t0;
+        time.in_kernel += t2 - t1;
+        ctx.time.set(time);
+        t0 = t2;
     }
 }

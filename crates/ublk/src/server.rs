@@ -580,12 +580,13 @@ fn start_queue(
                 t.await;
             }
             log::info!(
-                "ublk{} queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses; registered buffers: {}",
+                "ublk{} queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses; registered buffers: {}; its thread so far: {}",
                 dq.dev_id(),
                 served.requests.get(),
                 served.ring_reads.get(),
                 served.ring_misses.get(),
-                fixed_buffers::describe(table)
+                fixed_buffers::describe(table),
+                ctx2.time.get()
             );
             // Every tag task has finished: no IO on the buffers is in
             // flight, and no command names them.
