@@ -19,6 +19,10 @@ use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// `io_uring_enter`'s flag to reap completions (linux/io_uring.h).
+const IORING_ENTER_GETEVENTS: u32 = 1;
 
 /// What one submitted SQE is waiting for.
 enum Slot {
@@ -160,15 +164,39 @@ impl QueueRing {
 
     /// Submits what was queued and waits for at least `want` completions
     /// (0: none), then wakes the futures of every completion that came.
-    pub(crate) fn submit_and_wait(&self, want: usize) -> io::Result<()> {
-        let r = self.ring.borrow_mut().submit_and_wait(want);
+    ///
+    /// Two steps, so that the caller can tell working from waiting: one
+    /// `io_uring_enter` submits and runs the completion work already due,
+    /// and only if that brought no completion, a second one sleeps. Returns
+    /// how long the second one slept.
+    pub(crate) fn submit_and_wait(&self, want: usize) -> io::Result<Duration> {
+        let mut slept = Duration::ZERO;
+        let r = {
+            let mut ring = self.ring.borrow_mut();
+            let to_submit = ring.submission().len() as u32;
+            // SAFETY: no argument is passed; the submission queue's tail
+            // was published when its last push ended.
+            let worked = unsafe {
+                ring.submitter()
+                    .enter::<libc::sigset_t>(to_submit, 0, IORING_ENTER_GETEVENTS, None)
+            };
+            match worked {
+                Ok(_) if want > 0 && ring.completion().is_empty() => {
+                    let t = Instant::now();
+                    let r = ring.submit_and_wait(want);
+                    slept = t.elapsed();
+                    r
+                }
+                r => r,
+            }
+        };
         match r {
             Ok(_) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {}
             Err(e) => return Err(e),
         }
         self.reap();
-        Ok(())
+        Ok(slept)
     }
 
     /// Resolves the futures of the completions in the completion queue.
