@@ -6,11 +6,6 @@
 //! chain (`IOSQE_IO_LINK`): the commit runs in the kernel as soon as the
 //! last read has completed in full, without waiting for the queue thread
 //! to see the reads' completions, and a failed or short read cancels it.
-//! A read the kernel cannot start at once (the device's queue full) runs
-//! in an io_uring worker thread, and its chained commit then runs there
-//! too, where the driver refuses it with `-EINVAL` (it takes a queue's
-//! commands from the queue's thread only); the caller commits such a
-//! request again itself (`server::serve_tag`).
 
 use crate::device_queue::DeviceQueue;
 use crate::fixed_buffers::TagScratch;

@@ -2,7 +2,7 @@
 //! server left, see [`crate::recovery`]), run its queues, then delete it
 //! or hand it over to the next server.
 
-use crate::device_queue::{next_request, DeviceQueue, QueueDown};
+use crate::device_queue::{next_request, DeviceQueue};
 use crate::direct::{direct_miss, direct_read, TagBuffer};
 use crate::fixed_buffers::{self, FixedTable, TagScratch};
 use crate::params::{device_params, Geometry};
@@ -510,9 +510,6 @@ struct Served {
     ring_reads: std::cell::Cell<u64>,
     /// Misses read and promoted through it (`direct_miss`).
     ring_misses: std::cell::Cell<u64>,
-    /// Chained commits refused because they ran off the queue thread, and
-    /// committed again (see `serve_tag`).
-    recommitted: std::cell::Cell<u64>,
 }
 
 fn bump(c: &std::cell::Cell<u64>) {
@@ -583,11 +580,10 @@ fn start_queue(
                 t.await;
             }
             log::info!(
-                "ublk{} queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads ({} commits chained after them redone) and {} promoted misses; registered buffers: {}; its thread so far: {}",
+                "ublk{} queue {qid}: {} requests served; on the queue's io_uring {} hits or bypassed reads and {} promoted misses; registered buffers: {}; its thread so far: {}",
                 dq.dev_id(),
                 served.requests.get(),
                 served.ring_reads.get(),
-                served.recommitted.get(),
                 served.ring_misses.get(),
                 fixed_buffers::describe(table),
                 ctx2.time.get()
@@ -658,7 +654,7 @@ async fn serve_tag(
                         direct_read(ring, &tag, &*shared.export, offset, len).await
                     {
                         bump(&served.ring_reads);
-                        break 'result Outcome::Chained(commit, len as i32);
+                        break 'result Outcome::Committing(commit);
                     }
                 }
                 // A cache hit is answered on this thread: no hand-off to a
@@ -731,25 +727,6 @@ async fn serve_tag(
                 }
                 continue;
             }
-            Outcome::Chained(commit, result) => match next_request(commit.await) {
-                Ok(()) => continue,
-                // The driver takes a queue's commands from its own thread
-                // only. A read the kernel could not start at once runs in
-                // an io_uring worker, and the commit chained after it then
-                // runs there too and is refused (-EINVAL, before the
-                // driver changed anything): the request is still ours, so
-                // it is committed again from here.
-                Err(QueueDown(r)) if r == -libc::EINVAL => {
-                    bump(&served.recommitted);
-                    log::debug!(
-                        "ublk{} queue {} tag {tag}: a chained commit ran off the queue thread; committing again",
-                        q.dev_id(),
-                        q.qid()
-                    );
-                    result
-                }
-                Err(down) => return queue_down(down.0),
-            },
             Outcome::Commit(result) => result,
         };
         if result < 0 {
@@ -783,13 +760,9 @@ async fn serve_tag(
 enum Outcome {
     /// Its result, to commit.
     Commit(i32),
-    /// Committed already (a miss, before its fill): the commit, which
+    /// Committed already, chained after its reads: the commit, which
     /// resolves with the tag's next request.
     Committing(Op),
-    /// Its commit chained after its reads, with the result it carries:
-    /// the commit, which resolves with the tag's next request (or is
-    /// refused if it ran off the queue thread; see `serve_tag`).
-    Chained(Op, i32),
 }
 
 /// A tag's command ended with `res` instead of a request: the queue was
