@@ -189,10 +189,9 @@ impl<'a> DirectRead<'a> {
 
     /// Ends the read with the outcome of reading every piece (a short read
     /// is an error). Ok: the buffer holds the data. Err: it does not; read
-    /// the range with [`Export::read`] instead. With `result` Ok it must
-    /// return Ok: a front end may hand the data to its client before it
-    /// calls this (ublk commits the request in the same io_uring chain as
-    /// its reads).
+    /// the range with [`Export::read`] instead. With `result` Ok it
+    /// returns Ok (a front end may rely on it to answer its client before
+    /// it calls this).
     pub fn finish(self, result: io::Result<()>) -> io::Result<()> {
         (self.finish)(result)
     }

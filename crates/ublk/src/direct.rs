@@ -2,10 +2,12 @@
 //! worker: a hit or a bypassed read ([`direct_read`]) and a miss on files
 //! ([`direct_miss`]).
 //!
-//! A direct read's reads and the request's commit go to the kernel as one
-//! chain (`IOSQE_IO_LINK`): the commit runs in the kernel as soon as the
-//! last read has completed in full, without waiting for the queue thread
-//! to see the reads' completions, and a failed or short read cancels it.
+//! A direct read's pieces are read side by side; the caller commits the
+//! request once they are all in. (Chaining the commit after the reads,
+//! `IOSQE_IO_LINK`, was tried and is unsafe on Linux 6.12: a chained
+//! URING_CMD that runs late can read its SQE after the slot was reused,
+//! and the driver then got another tag's command, `-EINVAL` or
+//! `-EBUSY`; a later kernel copies such SQEs when it prepares them.)
 
 use crate::device_queue::DeviceQueue;
 use crate::fixed_buffers::TagScratch;
@@ -29,24 +31,17 @@ pub(crate) struct TagBuffer<'a> {
 
 /// Serves a read straight from the export's files through the queue's
 /// io_uring ([`Export::begin_direct_read`]: a hit, or a read that bypasses
-/// the cache), committing the request to the kernel after its reads.
-/// Some(the commit, which resolves with the tag's next request) if it did;
-/// None if the read must go another way and be committed by the caller
-/// (neither a hit nor a bypass, or a file read failed: the export then
-/// reads it again itself).
+/// the cache). Some(result to commit) if it did; None if the read must go
+/// another way (neither a hit nor a bypass, or a file read failed: the
+/// export then reads it again itself).
 pub(crate) async fn direct_read(
     ring: &Rc<QueueRing>,
     tag: &TagBuffer<'_>,
     export: &dyn Export,
     offset: u64,
     len: u32,
-) -> Option<Op> {
-    let TagBuffer {
-        queue: q,
-        tag,
-        buf,
-        fixed,
-    } = *tag;
+) -> Option<i32> {
+    let TagBuffer { buf, fixed, .. } = *tag;
     let req = Request::Read { offset, len };
     let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
         return None; // `execute` explains or answers it
@@ -58,7 +53,7 @@ pub(crate) async fn direct_read(
         log::error!("ublk: the export panicked planning a read at {offset}");
         None
     })?;
-    let mut sqes = Vec::with_capacity(read.pieces.len() + 1);
+    let mut sqes = Vec::with_capacity(read.pieces.len());
     for &ReadPiece {
         fd,
         at: file_offset,
@@ -83,18 +78,15 @@ pub(crate) async fn direct_read(
                 .build(),
         });
     }
-    // SAFETY (of the command): it names the tag's buffer, as every commit.
-    sqes.push(unsafe { q.commit_sqe(tag, buf.as_mut_ptr(), len as i32) });
     // SAFETY: nothing else touches the tag's buffer until this request is
     // committed (see the worker's comment in `serve_tag`), and this task
     // waits for every read's completion before going on; the buffer lives
     // in the tag's slot, which outlives the task; the files stay open while
     // the export's read plan lives, until `finish` below.
-    let Some(mut ops) = (unsafe { ring.push_chain(&sqes) }) else {
-        let _ = read.finish(Err(std::io::Error::other("a chain longer than the ring")));
-        return None;
-    };
-    let commit = ops.pop().expect("the commit ends the chain");
+    let ops: Vec<Op> = sqes
+        .into_iter()
+        .map(|sqe| unsafe { ring.push(sqe) })
+        .collect();
     let mut outcome = Ok(());
     for (op, piece) in ops.into_iter().zip(&read.pieces) {
         let r = uring_result(op.await, piece.len);
@@ -102,23 +94,13 @@ pub(crate) async fn direct_read(
             outcome = r;
         }
     }
-    let served = outcome.is_ok();
-    let finished = read.finish(outcome);
-    if served {
-        // The kernel has the data already: `DirectRead::finish`'s
-        // contract is Ok for a read whose pieces all came in.
-        if let Err(e) = finished {
-            log::error!("ublk: a direct read at {offset} was refused after it was served: {e}");
+    match read.finish(outcome) {
+        Ok(()) => Some(len as i32),
+        Err(e) => {
+            log::debug!("ublk: direct read at {offset} failed ({e}); reading it again");
+            None
         }
-        return Some(commit);
     }
-    // The chain broke before the commit: the request is still ours.
-    let r = commit.await;
-    if r != -libc::ECANCELED {
-        log::error!("ublk: a commit after a failed read at {offset} ended with {r}");
-    }
-    log::debug!("ublk: direct read at {offset} failed; reading it again");
-    None
 }
 
 /// Serves a read miss through the queue's io_uring

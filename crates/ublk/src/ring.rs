@@ -107,61 +107,6 @@ impl QueueRing {
         }
     }
 
-    /// Queues `sqes` as one chain (`IOSQE_IO_LINK`): each starts once the
-    /// one before it has completed in full, and a failure (an error, or a
-    /// short read or write) cancels the rest, whose results are then
-    /// `-ECANCELED`. The chain is never split between two submissions.
-    /// None if it is longer than the submission queue.
-    ///
-    /// # Safety
-    /// As [`QueueRing::push`], for every SQE.
-    pub(crate) unsafe fn push_chain(self: &Rc<Self>, sqes: &[squeue::Entry]) -> Option<Vec<Op>> {
-        let n = sqes.len();
-        {
-            let mut ring = self.ring.borrow_mut();
-            if n > ring.submission().capacity() {
-                return None;
-            }
-            loop {
-                let room = {
-                    let sq = ring.submission();
-                    sq.capacity() - sq.len()
-                };
-                if room >= n {
-                    break;
-                }
-                if let Err(e) = ring.submit() {
-                    if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) {
-                        log::debug!("ublk: io_uring submit: {e}");
-                        return None;
-                    }
-                }
-            }
-        }
-        let keys: Vec<usize> = (0..n).map(|_| self.take_slot()).collect();
-        let mut ring = self.ring.borrow_mut();
-        let mut sq = ring.submission();
-        for (i, (sqe, &key)) in sqes.iter().zip(&keys).enumerate() {
-            let mut sqe = sqe.clone().user_data(key as u64);
-            if i + 1 < n {
-                sqe = sqe.flags(io_uring::squeue::Flags::IO_LINK);
-            }
-            // SAFETY: the caller's; room for all of them was made above.
-            let pushed = unsafe { sq.push(&sqe) };
-            debug_assert!(pushed.is_ok());
-        }
-        drop(sq);
-        drop(ring);
-        Some(
-            keys.into_iter()
-                .map(|key| Op {
-                    ring: self.clone(),
-                    key: Some(key),
-                })
-                .collect(),
-        )
-    }
-
     /// Submits what was queued and waits for at least `want` completions
     /// (0: none), then wakes the futures of every completion that came.
     ///
@@ -382,38 +327,6 @@ mod tests {
             assert!(ring.slots.borrow().len() <= 10);
         }
         assert!(bufs.iter().all(|b| b[0] == 7));
-    }
-
-    /// A chain runs in order, and a failure cancels the rest of it.
-    #[test]
-    fn chains_run_in_order_and_stop_at_a_failure() {
-        let ring = Rc::new(QueueRing::new(8, 32).unwrap());
-        let mut file = tempfile::tempfile().unwrap();
-        std::io::Write::write_all(&mut file, &[1u8; 100]).unwrap();
-        let fd = types::Fd(file.as_raw_fd());
-        let mut a = vec![0u8; 100];
-        let mut b = vec![0u8; 100];
-        let read = |buf: &mut Vec<u8>, len: u32, at: u64| {
-            opcode::Read::new(fd, buf.as_mut_ptr(), len)
-                .offset(at)
-                .build()
-        };
-        let whole = [read(&mut a, 100, 0), read(&mut b, 100, 0)];
-        // SAFETY: the buffers and file outlive the operations, all awaited.
-        let ops = unsafe { ring.push_chain(&whole) }.unwrap();
-        let results: Vec<i32> = ops.into_iter().map(|op| run(&ring, op)).collect();
-        assert_eq!(results, vec![100, 100]);
-        // The first read is short (the file has 100 bytes): the second is
-        // cancelled.
-        let short = [read(&mut a, 100, 50), read(&mut b, 10, 0)];
-        // SAFETY: as above.
-        let ops = unsafe { ring.push_chain(&short) }.unwrap();
-        let results: Vec<i32> = ops.into_iter().map(|op| run(&ring, op)).collect();
-        assert_eq!(results, vec![50, -libc::ECANCELED]);
-        // Longer than the submission queue: refused.
-        let long: Vec<_> = (0..9).map(|_| read(&mut a, 1, 0)).collect();
-        // SAFETY: nothing is queued.
-        assert!(unsafe { ring.push_chain(&long) }.is_none());
     }
 
     /// A dropped operation's completion frees its slot; errors come back

@@ -641,8 +641,7 @@ async fn serve_tag(
             Ok(req) => 'result: {
                 // A cache hit on a cache file, or a read that surely
                 // bypasses the cache: read through this thread's io_uring,
-                // no thread hand-off and no blocking, and committed by the
-                // kernel right after the reads.
+                // no thread hand-off and no blocking.
                 if let Request::Read { offset, len } = req {
                     let tag = TagBuffer {
                         queue: q,
@@ -650,11 +649,11 @@ async fn serve_tag(
                         buf: &slot.buf,
                         fixed,
                     };
-                    if let Some(commit) =
+                    if let Some(result) =
                         direct_read(ring, &tag, &*shared.export, offset, len).await
                     {
                         bump(&served.ring_reads);
-                        break 'result Outcome::Committing(commit);
+                        break 'result Outcome::Commit(result);
                     }
                 }
                 // A cache hit is answered on this thread: no hand-off to a
@@ -760,7 +759,7 @@ async fn serve_tag(
 enum Outcome {
     /// Its result, to commit.
     Commit(i32),
-    /// Committed already, chained after its reads: the commit, which
+    /// Committed already (a miss, before its fill): the commit, which
     /// resolves with the tag's next request.
     Committing(Op),
 }
