@@ -143,8 +143,8 @@ pub(crate) async fn direct_miss(
     // SAFETY: `src.len <= need <= scratch.len()`, so the kernel writes
     // inside the scratch buffer, which this tag's task owns (nothing else
     // reads or writes it). The task is never dropped with an IO in flight:
-    // `serve_queue` runs the executor until every tag task has finished,
-    // as for the tag buffers.
+    // the queue thread's executor runs every tag task to its end, and the
+    // thread lives as long as the process.
     let sqe = match index {
         Some(i) => {
             opcode::ReadFixed::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32, i)
