@@ -29,6 +29,13 @@ impl IdleWorkers {
         wake
     }
 
+    /// Whether no waiting worker is left to wake while the `queued` jobs
+    /// outnumber the woken ones: a pool that starts workers on demand
+    /// starts one then.
+    pub fn none_to_wake(&self, queued: usize) -> bool {
+        self.idle <= self.woken && queued > self.woken
+    }
+
     /// Call when a worker finds the queue empty, just before it waits.
     pub fn waiting(&mut self) {
         self.idle += 1;
@@ -62,5 +69,7 @@ mod tests {
         w.waiting();
         assert!(w.wake_for(1));
         assert!(!w.wake_for(1), "the queue holds one job, one is on its way");
+        assert!(!w.none_to_wake(1), "the woken one covers the job");
+        assert!(w.none_to_wake(2), "a second job: nobody left to wake");
     }
 }

@@ -24,17 +24,27 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tiercache_frontend::IdleWorkers;
 
 type Job = Box<dyn FnOnce() + Send>;
+
+/// How long a worker waits for a job before it ends: an idle volume of a
+/// pool costs no thread, a busy one keeps its workers.
+const IDLE_EXIT: Duration = Duration::from_secs(30);
 
 /// The jobs waiting for a worker, and who may still add to them.
 struct Queue {
     jobs: VecDeque<Job>,
     /// Live [`Submitter`]s; at 0 with no job left, the workers exit.
     submitters: usize,
-    /// Worker threads still running (a job that panics ends its thread).
+    /// Worker threads running (a job that panics ends its thread; a worker
+    /// idle for [`IDLE_EXIT`] ends too).
     workers: usize,
+    /// The most workers at once.
+    most: usize,
+    /// Workers started so far, for their names.
+    started: usize,
     /// Which queued job is worth a wake-up.
     idle: IdleWorkers,
 }
@@ -46,72 +56,50 @@ struct Queue {
 struct Inner {
     queue: Mutex<Queue>,
     ready: Condvar,
+    name: String,
+    /// Every worker thread started, joined at shutdown (finished ones are
+    /// dropped as new ones start).
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
-/// A fixed set of threads running jobs in submission order.
+/// Threads running jobs in submission order: started when a job finds no
+/// idle worker (up to a maximum), ended when idle for a while.
 pub struct WorkerPool {
     submitter: Option<Submitter>,
-    threads: Vec<JoinHandle<()>>,
+    inner: Arc<Inner>,
 }
 
 impl WorkerPool {
-    /// Starts `n` (at least 1) worker threads named `name-K`.
+    /// A pool of at most `n` (at least 1) worker threads named `name-K`,
+    /// none started yet.
     pub fn new(n: usize, name: &str) -> io::Result<WorkerPool> {
         let inner = Arc::new(Inner {
             queue: Mutex::new(Queue {
                 jobs: VecDeque::new(),
                 submitters: 1,
                 workers: 0,
+                most: n.max(1),
+                started: 0,
                 idle: IdleWorkers::default(),
             }),
             ready: Condvar::new(),
+            name: name.to_string(),
+            threads: Mutex::new(Vec::new()),
         });
-        let mut threads = Vec::new();
-        for k in 0..n.max(1) {
-            let mine = inner.clone();
-            inner.queue.lock().workers += 1;
-            let spawned = std::thread::Builder::new()
-                .name(format!("{name}-{k}"))
-                .spawn(move || {
-                    mark_io_flusher();
-                    let _exit = WorkerExit(&mine);
-                    let mut q = mine.queue.lock();
-                    loop {
-                        if let Some(job) = q.jobs.pop_front() {
-                            drop(q);
-                            job();
-                            q = mine.queue.lock();
-                        } else if q.submitters == 0 {
-                            break;
-                        } else {
-                            q.idle.waiting();
-                            mine.ready.wait(&mut q);
-                            q.idle.back();
-                        }
-                    }
-                });
-            match spawned {
-                Ok(t) => threads.push(t),
-                Err(e) => {
-                    inner.queue.lock().workers -= 1;
-                    // The threads started so far exit with the pool.
-                    drop(WorkerPool {
-                        submitter: Some(Submitter(inner)),
-                        threads,
-                    });
-                    return Err(e);
-                }
-            }
-        }
         Ok(WorkerPool {
-            submitter: Some(Submitter(inner)),
-            threads,
+            submitter: Some(Submitter(inner.clone())),
+            inner,
         })
     }
 
     /// A handle to submit jobs with; cheap to clone, usable from any thread.
     pub fn submitter(&self) -> Submitter {
         self.submitter.clone().expect("pool is running")
+    }
+
+    /// Worker threads running now.
+    pub fn workers(&self) -> usize {
+        self.inner.queue.lock().workers
     }
 
     /// Waits for the queued jobs to finish and stops the threads. Every
@@ -122,8 +110,14 @@ impl WorkerPool {
 
     fn stop(&mut self) {
         self.submitter = None;
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        loop {
+            let threads = std::mem::take(&mut *self.inner.threads.lock());
+            if threads.is_empty() {
+                break;
+            }
+            for t in threads {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -134,12 +128,61 @@ impl Drop for WorkerPool {
     }
 }
 
-/// Counts a worker out when its thread ends, by a panic too.
-struct WorkerExit<'a>(&'a Inner);
+/// Starts one more worker; the caller has counted it in `workers`.
+fn start_worker(inner: &Arc<Inner>, k: usize) -> io::Result<()> {
+    let mine = inner.clone();
+    let t = std::thread::Builder::new()
+        .name(format!("{}-{k}", inner.name))
+        .spawn(move || {
+            mark_io_flusher();
+            let _exit = WorkerExit(mine.clone());
+            let mut q = mine.queue.lock();
+            loop {
+                if let Some(job) = q.jobs.pop_front() {
+                    drop(q);
+                    job();
+                    q = mine.queue.lock();
+                } else if q.submitters == 0 {
+                    break;
+                } else {
+                    q.idle.waiting();
+                    let waited = mine.ready.wait_for(&mut q, IDLE_EXIT);
+                    q.idle.back();
+                    if waited.timed_out() && q.jobs.is_empty() && q.submitters > 0 {
+                        break;
+                    }
+                }
+            }
+        })?;
+    let mut threads = inner.threads.lock();
+    threads.retain(|t| !t.is_finished());
+    threads.push(t);
+    Ok(())
+}
 
-impl Drop for WorkerExit<'_> {
+/// Counts a worker out when its thread ends, by a panic too; and if jobs
+/// are left that no worker will take (the others busy, or ending too),
+/// starts one in its place.
+struct WorkerExit(Arc<Inner>);
+
+impl Drop for WorkerExit {
     fn drop(&mut self) {
-        self.0.queue.lock().workers -= 1;
+        let mut q = self.0.queue.lock();
+        q.workers -= 1;
+        let queued = q.jobs.len();
+        let k = q.started;
+        let start = queued > 0 && q.idle.none_to_wake(queued) && q.workers < q.most;
+        if start {
+            q.workers += 1;
+            q.started += 1;
+        }
+        drop(q);
+        if start {
+            if let Err(e) = start_worker(&self.0, k) {
+                log::warn!("{}: starting a worker: {e}", self.0.name);
+                self.0.queue.lock().workers -= 1;
+            }
+        }
     }
 }
 
@@ -147,24 +190,39 @@ impl Drop for WorkerExit<'_> {
 pub struct Submitter(Arc<Inner>);
 
 impl Submitter {
-    /// Queues `job`; false if the pool has no worker left (the job is
-    /// dropped).
+    /// Queues `job`, starting a worker for it if none is idle and the pool
+    /// has room; false if no worker runs and none could be started (the
+    /// job is dropped).
     pub fn submit(&self, job: impl FnOnce() + Send + 'static) -> bool {
         let mut q = self.0.queue.lock();
-        if q.workers == 0 {
-            return false;
-        }
         q.jobs.push_back(Box::new(job));
         let queued = q.jobs.len();
         let wake = q.idle.wake_for(queued);
+        let start = !wake && q.idle.none_to_wake(queued) && q.workers < q.most;
+        let k = q.started;
+        if start {
+            q.workers += 1;
+            q.started += 1;
+        }
         drop(q);
         if wake {
             self.0.ready.notify_one();
         }
+        if start {
+            if let Err(e) = start_worker(&self.0, k) {
+                log::warn!("{}: starting a worker: {e}", self.0.name);
+                let mut q = self.0.queue.lock();
+                q.workers -= 1;
+                if q.workers == 0 {
+                    // Nobody would ever run it.
+                    q.jobs.pop_back();
+                    return false;
+                }
+            }
+        }
         true
     }
 }
-
 impl Clone for Submitter {
     fn clone(&self) -> Self {
         self.0.queue.lock().submitters += 1;
@@ -336,28 +394,56 @@ mod tests {
     }
 
     /// A job that panics ends its thread, not the pool: the others keep
-    /// running jobs, and with no worker left a submit says so.
+    /// running jobs, and later jobs get a new worker.
     #[test]
     fn a_panicking_job_costs_its_thread_only() {
         let pool = WorkerPool::new(2, "test").unwrap();
         let s = pool.submitter();
-        assert!(s.submit(|| panic!("a failing job")));
-        let (tx, rx) = std::sync::mpsc::channel();
-        for _ in 0..10 {
-            let tx = tx.clone();
-            assert!(s.submit(move || tx.send(()).unwrap()));
+        // Many rounds: the panicking worker may still be ending when the
+        // next round's jobs come (its replacement must start then).
+        for _round in 0..50 {
+            assert!(s.submit(|| panic!("a failing job")));
+            let (tx, rx) = std::sync::mpsc::channel();
+            for _ in 0..10 {
+                let tx = tx.clone();
+                assert!(s.submit(move || tx.send(()).unwrap()));
+            }
+            for _ in 0..10 {
+                rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            }
         }
-        for _ in 0..10 {
-            rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
-        }
-        assert!(s.submit(|| panic!("the last worker")));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while s.submit(|| {}) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the workers never ended"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        drop(s);
+        pool.shutdown();
+    }
+
+    /// Workers start only for jobs, as many as the jobs that block at
+    /// once need, never more than the pool's maximum.
+    #[test]
+    fn workers_start_on_demand_up_to_the_maximum() {
+        let pool = WorkerPool::new(3, "test").unwrap();
+        assert_eq!(pool.workers(), 0, "no job, no worker");
+        let s = pool.submitter();
+        for _round in 0..3 {
+            // Three jobs that wait for each other and for the test: they
+            // can only all run if the pool started three workers.
+            let held = Arc::new(std::sync::Barrier::new(4));
+            for _ in 0..3 {
+                let h = held.clone();
+                assert!(s.submit(move || {
+                    h.wait();
+                }));
+            }
+            held.wait();
+            // More jobs than the maximum: they queue, no fourth worker.
+            let (tx, rx) = std::sync::mpsc::channel();
+            for _ in 0..20 {
+                let tx = tx.clone();
+                assert!(s.submit(move || tx.send(()).unwrap()));
+            }
+            for _ in 0..20 {
+                rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            }
+            assert!(pool.workers() <= 3, "{} workers", pool.workers());
         }
         drop(s);
         pool.shutdown();

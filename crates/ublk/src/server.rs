@@ -43,8 +43,9 @@ pub struct UblkConfig {
     pub max_io_bytes: u32,
     /// Device number N of `/dev/ublkbN`; None: the kernel picks one.
     pub dev_id: Option<u32>,
-    /// Threads running the export's (blocking) calls; 0: `queues * depth`,
-    /// capped at 32.
+    /// The most threads running the export's (blocking) calls at once
+    /// (started when a call finds none idle, ended after 30 s idle, so an
+    /// idle device has none); 0: `queues * depth`, capped at 32.
     pub workers: usize,
     /// Create the device with user recovery (`UBLK_F_USER_RECOVERY` with
     /// re-issue): when this process dies the device stays, the kernel holds
