@@ -23,7 +23,9 @@
 //! * [`IdleWorkers`]: when a queued job is worth waking one of the front
 //!   end's worker threads for;
 //! * [`prefer_no_scheduler`]: no IO scheduler on a block device a front end
-//!   makes.
+//!   makes;
+//! * [`read_sqe`], [`write_sqe`]: the io_uring entries of a direct read, a
+//!   miss's source read and its fill, through a registered buffer or not.
 //!
 //! Nothing here knows a protocol: the NBD flags, wire errno values and
 //! ublk's opcodes stay in their crates.
@@ -37,6 +39,7 @@ mod limits;
 mod mem;
 mod request;
 mod scheduler;
+mod uring_io;
 
 pub use direct_miss::{DirectMiss, FileRange, MissOps};
 pub use errno::errno;
@@ -46,3 +49,4 @@ pub use limits::{BlockSizes, DEFAULT_MAX_BLOCK};
 pub use mem::MemExport;
 pub use request::{check_request, Access, Checked, Limits, RequestError};
 pub use scheduler::{prefer_no_scheduler, use_no_scheduler};
+pub use uring_io::{read_sqe, write_sqe};

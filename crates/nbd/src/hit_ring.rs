@@ -25,7 +25,7 @@ use crate::fixed_bufs::FixedBufs;
 use io_uring::{opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
-use tiercache_frontend::{DirectMiss, DirectRead, ReadPiece};
+use tiercache_frontend::{read_sqe, write_sqe, DirectMiss, DirectRead, ReadPiece};
 
 /// Submission queue entries; a hit uses one per piece.
 const ENTRIES: u32 = 256;
@@ -219,14 +219,7 @@ impl<'a> HitRing<'a> {
             // A registered buffer is read into at the memory registered
             // under its index (`FixedBufs` hands out only such buffers).
             let ptr = unsafe { data.add(at) };
-            let sqe = match fixed {
-                Some(index) => opcode::ReadFixed::new(types::Fd(fd), ptr, n as u32, index)
-                    .offset(file_offset)
-                    .build(),
-                None => opcode::Read::new(types::Fd(fd), ptr, n as u32)
-                    .offset(file_offset)
-                    .build(),
-            };
+            let sqe = read_sqe(fd, ptr, n as u32, file_offset, fixed);
             self.queue(sqe.user_data(((slot as u64) << 32) | n as u64));
         }
         unused
@@ -282,14 +275,7 @@ impl<'a> HitRing<'a> {
         // until the completion is reaped, nobody else touches it, and
         // `Drop` waits for every IO in flight. A registered buffer is read
         // into at the memory registered under its index.
-        let sqe = match fixed {
-            Some(index) => opcode::ReadFixed::new(types::Fd(src.fd), data, src.len as u32, index)
-                .offset(src.offset)
-                .build(),
-            None => opcode::Read::new(types::Fd(src.fd), data, src.len as u32)
-                .offset(src.offset)
-                .build(),
-        };
+        let sqe = read_sqe(src.fd, data, src.len as u32, src.offset, fixed);
         self.queue(sqe.user_data(((slot as u64) << 32) | src.len as u64));
         unused
     }
@@ -432,19 +418,7 @@ impl<'a> HitRing<'a> {
                         // the buffer, which stays in its slot, untouched,
                         // until this write's completion is reaped.
                         let data = hit.buf[hit.start..].as_ptr();
-                        let sqe = match hit.fixed {
-                            Some(index) => opcode::WriteFixed::new(
-                                types::Fd(fill.fd),
-                                data,
-                                fill.len as u32,
-                                index,
-                            )
-                            .offset(fill.offset)
-                            .build(),
-                            None => opcode::Write::new(types::Fd(fill.fd), data, fill.len as u32)
-                                .offset(fill.offset)
-                                .build(),
-                        };
+                        let sqe = write_sqe(fill.fd, data, fill.len as u32, fill.offset, hit.fixed);
                         self.queue(sqe.user_data(((slot as u64) << 32) | fill.len as u64));
                         continue;
                     }

@@ -13,10 +13,9 @@ use crate::device_queue::DeviceQueue;
 use crate::fixed_buffers::TagScratch;
 use crate::request::Request;
 use crate::ring::{Op, QueueRing};
-use io_uring::{opcode, types};
 use libublk::helpers::IoBuf;
 use std::rc::Rc;
-use tiercache_frontend::{Checked, Export, ReadPiece};
+use tiercache_frontend::{read_sqe, write_sqe, Checked, Export, ReadPiece};
 
 /// A tag of a device queue and its buffer.
 #[derive(Clone, Copy)]
@@ -69,14 +68,7 @@ pub(crate) async fn direct_read(
         // (checked above: `check` bounds a read by the buffer), so the
         // kernel writes inside the tag's buffer.
         let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
-        sqes.push(match fixed {
-            Some(index) => opcode::ReadFixed::new(types::Fd(fd), ptr, n as u32, index)
-                .offset(file_offset)
-                .build(),
-            None => opcode::Read::new(types::Fd(fd), ptr, n as u32)
-                .offset(file_offset)
-                .build(),
-        });
+        sqes.push(read_sqe(fd, ptr, n as u32, file_offset, fixed));
     }
     // SAFETY: nothing else touches the tag's buffer until this request is
     // committed (see the worker's comment in `serve_tag`), and this task
@@ -145,16 +137,13 @@ pub(crate) async fn direct_miss(
     // reads or writes it). The task is never dropped with an IO in flight:
     // the queue thread's executor runs every tag task to its end, and the
     // thread lives as long as the process.
-    let sqe = match index {
-        Some(i) => {
-            opcode::ReadFixed::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32, i)
-                .offset(src.offset)
-                .build()
-        }
-        None => opcode::Read::new(types::Fd(src.fd), scratch.as_mut_ptr(), src.len as u32)
-            .offset(src.offset)
-            .build(),
-    };
+    let sqe = read_sqe(
+        src.fd,
+        scratch.as_mut_ptr(),
+        src.len as u32,
+        src.offset,
+        index,
+    );
     // SAFETY: see above; the backing file stays open while the miss's
     // plan lives, until `finish` below.
     let read = uring_result(unsafe { ring.push(sqe) }.await, src.len);
@@ -186,16 +175,7 @@ pub(crate) async fn direct_miss(
         Some(f) if f.len <= need && miss.begin_fill() => {
             // SAFETY: the kernel reads `f.len <= scratch.len()` bytes of
             // the scratch buffer, which nothing writes meanwhile.
-            let sqe = match index {
-                Some(i) => {
-                    opcode::WriteFixed::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32, i)
-                        .offset(f.offset)
-                        .build()
-                }
-                None => opcode::Write::new(types::Fd(f.fd), scratch.as_ptr(), f.len as u32)
-                    .offset(f.offset)
-                    .build(),
-            };
+            let sqe = write_sqe(f.fd, scratch.as_ptr(), f.len as u32, f.offset, index);
             // SAFETY: as above; the cache file stays open while the
             // plan lives.
             Some(uring_result(unsafe { ring.push(sqe) }.await, f.len))
