@@ -640,18 +640,18 @@ async fn serve_tag(
         let outcome = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
             Err(errno) => Outcome::Commit(errno),
             Ok(req) => 'result: {
+                let tag_buffer = TagBuffer {
+                    queue: q,
+                    tag,
+                    buf: &slot.buf,
+                    fixed,
+                };
                 // A cache hit on a cache file, or a read that surely
                 // bypasses the cache: read through this thread's io_uring,
                 // no thread hand-off and no blocking.
                 if let Request::Read { offset, len } = req {
-                    let tag = TagBuffer {
-                        queue: q,
-                        tag,
-                        buf: &slot.buf,
-                        fixed,
-                    };
                     if let Some(result) =
-                        direct_read(ring, &tag, &*shared.export, offset, len).await
+                        direct_read(ring, &tag_buffer, &*shared.export, offset, len).await
                     {
                         bump(&served.ring_reads);
                         break 'result Outcome::Commit(result);
@@ -677,14 +677,15 @@ async fn serve_tag(
                 // A miss on files: read and promote through this thread's
                 // io_uring too, no worker round trip.
                 if let Request::Read { offset, len } = req {
-                    let tag = TagBuffer {
-                        queue: q,
-                        tag,
-                        buf: &slot.buf,
-                        fixed,
-                    };
-                    if let Some(commit) =
-                        direct_miss(ring, &tag, &*shared.export, offset, len, &mut scratch).await
+                    if let Some(commit) = direct_miss(
+                        ring,
+                        &tag_buffer,
+                        &*shared.export,
+                        offset,
+                        len,
+                        &mut scratch,
+                    )
+                    .await
                     {
                         bump(&served.ring_misses);
                         break 'result Outcome::Committing(commit);
