@@ -2,7 +2,10 @@
 # Builds the VM lab's guest image from Debian packages and prints the
 # directory holding it (last line of stdout):
 #   vmlinuz         Debian's bookworm-backports 6.12 kernel (has nbd, ublk_drv,
-#                   bcache, dm-cache, dm-cache-smq as modules)
+#                   bcache, dm-cache, dm-cache-smq as modules); with
+#                   VMLAB_KERNEL=6.17, trixie-backports' 6.17 kernel instead
+#                   (ublk zero copy and automatic buffer registration, which
+#                   6.12 lacks; the same user space)
 #   rootfs.cpio     uncompressed initramfs: a debootstrap minbase Debian 12 with
 #                   fio, lvm2, bcache-tools, nbd-client, ... and the kernel's
 #                   modules trimmed to what the lab uses
@@ -22,6 +25,13 @@
 set -euo pipefail
 
 SUITE=bookworm
+# The guest kernel: Debian's backports build of this series.
+KERNEL="${VMLAB_KERNEL:-6.12}"
+case "$KERNEL" in
+  6.12) KERNEL_SUITE=bookworm KERNEL_PATTERN='^linux-image-6\.12\.[0-9.]+\+deb12-amd64-unsigned$' ;;
+  6.17) KERNEL_SUITE=trixie KERNEL_PATTERN='^linux-image-6\.17\.[0-9.]+\+deb13-amd64$' ;;
+  *) echo "vmlab-build: error: VMLAB_KERNEL=$KERNEL: 6.12 or 6.17" >&2; exit 1 ;;
+esac
 # Packages inside the guest. fio/lvm2/bcache-tools/nbd-client/thin-provisioning-tools
 # for the tests and the bcache/lvmcache comparison; libfontconfig1 because the
 # tiercache binary links it (plots).
@@ -43,7 +53,7 @@ if [ -n "${VMLAB_CACHE_DIR:-}" ]; then
 else
   cache=/var/cache/tiercache-vmlab
 fi
-recipe_hash="$(sha256sum "$here/build-image.sh" | cut -c1-16)"
+recipe_hash="$({ cat "$here/build-image.sh"; echo "kernel $KERNEL"; } | sha256sum | cut -c1-16)"
 image="$cache/image-$recipe_hash"
 if [ "$force" -eq 0 ] && [ -f "$image/done" ]; then
   log "cached image $image"
@@ -98,21 +108,24 @@ trap 'rm -rf "$work"' EXIT
 # 1. The kernel from backports, through a private apt configuration.
 apt_dir="$work/apt"
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-echo "deb $mirror $SUITE-backports main" >"$apt_dir/sources.list"
+echo "deb $mirror $KERNEL_SUITE-backports main" >"$apt_dir/sources.list"
 apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o "Dir::Etc::sourceparts=-"
   -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
   -o "APT::Get::List-Cleanup=0" -o "Debug::NoLocking=1" -o "APT::Sandbox::User=root")
-log "fetching the $SUITE-backports package list"
+log "fetching the $KERNEL_SUITE-backports package list"
 apt-get "${apt_opts[@]}" -qq update
-kernel_pkg="$(apt-cache "${apt_opts[@]}" search --names-only '^linux-image-6\.12\.[0-9.]+\+deb12-amd64-unsigned$' |
+kernel_pkg="$(apt-cache "${apt_opts[@]}" search --names-only "$KERNEL_PATTERN" |
   awk '{print $1}' | sort -V | tail -n1)"
-[ -n "$kernel_pkg" ] || die "no linux-image-6.12.*+deb12-amd64-unsigned in $SUITE-backports"
+[ -n "$kernel_pkg" ] || die "no $KERNEL_PATTERN in $KERNEL_SUITE-backports"
 log "kernel package $kernel_pkg"
 (cd "$cache/debs" && { ls "${kernel_pkg}"_*.deb >/dev/null 2>&1 || apt-get "${apt_opts[@]}" -qq download "$kernel_pkg"; })
 kernel_deb="$(ls "$cache/debs/${kernel_pkg}"_*.deb | sort -V | tail -n1)"
 mkdir -p "$work/kernel"
 dpkg-deb -x "$kernel_deb" "$work/kernel"
-kver="$(ls "$work/kernel/lib/modules" | head -n1)"
+# Debian 12's kernel ships its modules in /lib/modules, Debian 13's in /usr/lib/modules.
+kmods="$work/kernel/lib/modules"
+[ -d "$kmods" ] || kmods="$work/kernel/usr/lib/modules"
+kver="$(ls "$kmods" | head -n1)"
 [ -n "$kver" ] || die "no modules in $kernel_deb"
 
 # 2. The root file system.
@@ -128,7 +141,7 @@ if ! debootstrap --variant=minbase --include="$include" --cache-dir="$cache/debs
 fi
 
 # 3. Modules: only what the lab loads (block, md/dm/bcache, virtio, ext4, 9p, crypto).
-src="$work/kernel/lib/modules/$kver"
+src="$kmods/$kver"
 dst="$root/lib/modules/$kver"
 mkdir -p "$dst/kernel"
 cp -a "$src"/modules.order "$src"/modules.builtin* "$dst/"
