@@ -14,6 +14,10 @@ FRONTEND=ublk
 UBLK_ID=0
 UBLK_QUEUES=${UBLK_QUEUES:-2}
 UBLK_DEPTH=${UBLK_DEPTH:-64}
+# UBLK_ZERO_COPY=1: serve with --ublk-zero-copy, which on a kernel that
+# registers requests' pages (Linux >= 6.16, VMLAB_KERNEL=6.17) must be used.
+UBLK_ZC_ARGS=()
+[ "${UBLK_ZERO_COPY:-0}" = 1 ] && UBLK_ZC_ARGS=(--ublk-zero-copy)
 
 tiercache serve --help | grep -q -- '--ublk' ||
   skip "this tiercache binary has no ublk front end (serve --ublk; build it with the ublk feature)"
@@ -28,7 +32,7 @@ attach_device() {
     [ "$i" -lt 100 ] || fail "/dev/ublkc$UBLK_ID still exists 10 s after tiercache stopped"
     sleep 0.1
   done
-  start_tiercache --ublk --ublk-id "$UBLK_ID" --ublk-queues "$UBLK_QUEUES" --ublk-depth "$UBLK_DEPTH" "$@"
+  start_tiercache --ublk --ublk-id "$UBLK_ID" --ublk-queues "$UBLK_QUEUES" --ublk-depth "$UBLK_DEPTH" "${UBLK_ZC_ARGS[@]}" "$@"
   DEV=/dev/ublkb$UBLK_ID
   wait_for_path "$DEV" 30
   grep -q "serving $DEV" "$OUT/tiercache-boot$VMLAB_BOOT.log" || fail "tiercache did not announce $DEV"
@@ -93,6 +97,11 @@ ublk_specific_tests() {
     step "queue $qid served ${served:-no} requests"
     [ "${served:-0}" -gt 0 ] || fail "hardware queue $qid carried no request"
   done
+  if [ "${UBLK_ZERO_COPY:-0}" = 1 ]; then
+    grep -q "registered buffers: the requests' own pages (zero copy)" "$OUT/tiercache-boot$VMLAB_BOOT.log" ||
+      fail "--ublk-zero-copy on this kernel did not serve with zero copy"
+    step "served with zero copy"
+  fi
 
   # The worst case for a stop: a mounted file system. tiercache must still
   # exit cleanly (the device is deleted when the mount goes away), and the

@@ -304,6 +304,11 @@ struct ServeArgs {
     /// its IO fails instead of waiting for the next server.
     #[arg(long)]
     ublk_no_recovery: bool,
+    /// Read hits and bypassed reads straight into the requests' pages
+    /// where the kernel can register them (Linux >= 6.16), instead of
+    /// copying through a buffer of the server's; ignored on older kernels.
+    #[arg(long)]
+    ublk_zero_copy: bool,
     /// Also serve an export as the kernel NBD device `/dev/nbdN`, which
     /// the server configures itself (netlink; root): the device outlives
     /// a crash, kill -9 or hand-over of the server, and the next server
@@ -349,6 +354,7 @@ struct ServeFile {
     ublk_depth: Option<u16>,
     ublk_id: Option<u32>,
     ublk_no_recovery: Option<bool>,
+    ublk_zero_copy: Option<bool>,
     #[serde(default, rename = "nbd_device")]
     nbd_devices: Vec<String>,
     nbd_device_timeout: Option<u64>,
@@ -543,9 +549,10 @@ impl ServeArgs {
         if !ublk
             && (self.ublk_queues.or(self.ublk_depth).is_some()
                 || self.ublk_id.is_some()
-                || self.ublk_no_recovery)
+                || self.ublk_no_recovery
+                || self.ublk_zero_copy)
         {
-            bail!("--ublk-queues, --ublk-depth, --ublk-id and --ublk-no-recovery go with --ublk");
+            bail!("--ublk-queues, --ublk-depth, --ublk-id, --ublk-no-recovery and --ublk-zero-copy go with --ublk");
         }
         let nbd_devices = if self.nbd_devices.is_empty() {
             file.nbd_devices
@@ -619,6 +626,7 @@ impl ServeArgs {
                 depth: self.ublk_depth.or(file.ublk_depth),
                 id: self.ublk_id.or(file.ublk_id),
                 recovery: !(self.ublk_no_recovery || file.ublk_no_recovery.unwrap_or(false)),
+                zero_copy: self.ublk_zero_copy || file.ublk_zero_copy.unwrap_or(false),
                 state_file: ublk::state_file(&control),
             }),
             nbd_devices,

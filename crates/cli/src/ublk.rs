@@ -29,6 +29,8 @@ pub struct UblkSettings {
     pub depth: Option<u16>,
     pub id: Option<u32>,
     pub recovery: bool,
+    /// `--ublk-zero-copy`.
+    pub zero_copy: bool,
     /// Holds the device numbers of the devices served for this control
     /// socket (see [`state_file`]).
     pub state_file: PathBuf,
@@ -228,6 +230,7 @@ mod imp {
             depth: s.depth.unwrap_or(defaults.depth),
             dev_id: id,
             recovery: s.recovery,
+            zero_copy: s.zero_copy,
             ..defaults
         };
         let what = name

@@ -12,6 +12,7 @@
 //! queue is down.
 
 use crate::ring::QueueRing;
+use crate::zero_copy;
 use io_uring::{opcode, squeue, types};
 use libublk::io::UblkDev;
 use libublk::sys;
@@ -35,11 +36,21 @@ pub(crate) struct DeviceQueue {
     map_len: usize,
     /// Commands take the ioctl-encoded opcodes.
     ioctl_encode: bool,
+    /// Zero copy (`zero_copy.rs`): tag `t`'s requests are registered at
+    /// index `base + t` of the thread's buffer table. None: the kernel
+    /// copies each request's data through the tag's buffer.
+    zero_copy_base: Option<u16>,
 }
 
 impl DeviceQueue {
-    /// Maps queue `qid`'s IO descriptors of `dev`.
-    pub(crate) fn map(dev: Arc<UblkDev>, qid: u16) -> io::Result<DeviceQueue> {
+    /// Maps queue `qid`'s IO descriptors of `dev`; with `zero_copy_base`,
+    /// its commands ask the kernel to register each request at that base
+    /// plus its tag.
+    pub(crate) fn map(
+        dev: Arc<UblkDev>,
+        qid: u16,
+        zero_copy_base: Option<u16>,
+    ) -> io::Result<DeviceQueue> {
         let depth = dev.dev_info.queue_depth;
         let page = 4096usize;
         let desc = std::mem::size_of::<sys::ublksrv_io_desc>();
@@ -70,6 +81,7 @@ impl DeviceQueue {
             depth,
             iods: p.cast(),
             map_len,
+            zero_copy_base,
         })
     }
 
@@ -155,18 +167,48 @@ impl DeviceQueue {
 
     fn command_sqe(&self, op: u32, tag: u16, buf: *mut u8, result: i32) -> squeue::Entry {
         let op = if self.ioctl_encode { op } else { op & 0xff };
+        // With zero copy the command names no buffer (the driver refuses
+        // one) and the SQE's own `addr` says where to register the request.
+        let (buf_addr, auto) = match self.zero_copy_base {
+            Some(base) => (0, Some(zero_copy::auto_buf_reg_addr(base + tag))),
+            None => (buf as u64, None),
+        };
         let mut cmd = [0u8; 16];
         cmd[0..2].copy_from_slice(&self.qid.to_ne_bytes());
         cmd[2..4].copy_from_slice(&tag.to_ne_bytes());
         cmd[4..8].copy_from_slice(&result.to_ne_bytes());
-        cmd[8..16].copy_from_slice(&(buf as u64).to_ne_bytes());
+        cmd[8..16].copy_from_slice(&buf_addr.to_ne_bytes());
         opcode::UringCmd16::new(types::Fd(self.cdev()), op)
             .cmd(cmd)
+            .addr(auto)
             .build()
     }
 
     fn cdev(&self) -> RawFd {
         self.dev.tgt.fds[0]
+    }
+
+    /// With zero copy, tag `tag`'s request's index in the thread's buffer
+    /// table, if the kernel registered it there (see `op_flags`).
+    pub(crate) fn request_index(&self, tag: u16, op_flags: u32) -> Option<u16> {
+        let base = self.zero_copy_base?;
+        (op_flags & zero_copy::NEED_REG_BUF == 0).then_some(base + tag)
+    }
+
+    /// True if requests' data does not pass through the tags' buffers by
+    /// itself (zero copy): see [`DeviceQueue::copy_to_request`].
+    pub(crate) fn zero_copy(&self) -> bool {
+        self.zero_copy_base.is_some()
+    }
+
+    /// With zero copy, puts a read's `data` into tag `tag`'s request.
+    pub(crate) fn copy_to_request(&self, tag: u16, data: &[u8]) -> io::Result<()> {
+        zero_copy::copy_to_request(self.cdev(), self.qid, tag, data)
+    }
+
+    /// With zero copy, takes a write's data from tag `tag`'s request.
+    pub(crate) fn copy_from_request(&self, tag: u16, buf: &mut [u8]) -> io::Result<()> {
+        zero_copy::copy_from_request(self.cdev(), self.qid, tag, buf)
     }
 }
 

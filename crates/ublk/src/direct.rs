@@ -26,6 +26,9 @@ pub(crate) struct TagBuffer<'a> {
     /// The buffer's index among the ring's registered buffers, if it is
     /// registered.
     pub(crate) fixed: Option<u16>,
+    /// With zero copy, the index at which the kernel registered the
+    /// request's own pages (None: none, or the kernel could not).
+    pub(crate) request_index: Option<u16>,
 }
 
 /// Serves a read straight from the export's files through the queue's
@@ -40,7 +43,13 @@ pub(crate) async fn direct_read(
     offset: u64,
     len: u32,
 ) -> Option<i32> {
-    let TagBuffer { buf, fixed, .. } = *tag;
+    let TagBuffer {
+        queue,
+        tag: tag_no,
+        buf,
+        fixed,
+        request_index,
+    } = *tag;
     let req = Request::Read { offset, len };
     let Ok(Checked::Range { .. }) = crate::request::check(export, req, buf.len()) else {
         return None; // `execute` explains or answers it
@@ -64,11 +73,24 @@ pub(crate) async fn direct_read(
             let _ = read.finish(Err(std::io::Error::other("a piece beyond the request")));
             return None;
         }
-        // SAFETY (of the pointer): `buf_offset + n <= len <= buf.len()`
-        // (checked above: `check` bounds a read by the buffer), so the
-        // kernel writes inside the tag's buffer.
-        let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
-        sqes.push(read_sqe(fd, ptr, n as u32, file_offset, fixed));
+        sqes.push(match request_index {
+            // Straight into the request's pages: a registered kernel
+            // buffer is addressed by offset from its start.
+            Some(index) => read_sqe(
+                fd,
+                buf_offset as *mut u8,
+                n as u32,
+                file_offset,
+                Some(index),
+            ),
+            None => {
+                // SAFETY (of the pointer): `buf_offset + n <= len <=
+                // buf.len()` (checked above: `check` bounds a read by the
+                // buffer), so the kernel writes inside the tag's buffer.
+                let ptr = unsafe { buf.as_mut_ptr().add(buf_offset) };
+                read_sqe(fd, ptr, n as u32, file_offset, fixed)
+            }
+        });
     }
     // SAFETY: nothing else touches the tag's buffer until this request is
     // committed (see the worker's comment in `serve_tag`), and this task
@@ -87,6 +109,18 @@ pub(crate) async fn direct_read(
         }
     }
     match read.finish(outcome) {
+        Ok(()) if queue.zero_copy() && request_index.is_none() => {
+            // SAFETY: every read into the tag's buffer has completed;
+            // `len <= buf.len()` (`check`).
+            let data = unsafe { std::slice::from_raw_parts(buf.as_ptr(), len as usize) };
+            Some(match queue.copy_to_request(tag_no, data) {
+                Ok(()) => len as i32,
+                Err(e) => {
+                    log::error!("ublk: copying a read at {offset} to its request: {e}");
+                    -libc::EIO
+                }
+            })
+        }
         Ok(()) => Some(len as i32),
         Err(e) => {
             log::debug!("ublk: direct read at {offset} failed ({e}); reading it again");
@@ -153,23 +187,35 @@ pub(crate) async fn direct_miss(
         }
         return None;
     }
-    // SAFETY: `data_at + len <= src.len <= scratch.len()` (checked above)
-    // and `len <= buf.len()` (`check`); the tag's buffer is ours until the
-    // commit (see the worker's comment in `serve_tag`); the two buffers
-    // are distinct allocations.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            scratch.as_ptr().add(miss.data_at),
-            buf.as_mut_ptr(),
-            len as usize,
-        );
+    let mut result = len as i32;
+    if tag.queue.zero_copy() {
+        // SAFETY: `data_at + len <= src.len <= scratch.len()` (checked
+        // above), and the source read into it has completed.
+        let data =
+            unsafe { std::slice::from_raw_parts(scratch.as_ptr().add(miss.data_at), len as usize) };
+        if let Err(e) = tag.queue.copy_to_request(tag.tag, data) {
+            log::error!("ublk: copying a miss at {offset} to its request: {e}");
+            result = -libc::EIO;
+        }
+    } else {
+        // SAFETY: `data_at + len <= src.len <= scratch.len()` (checked
+        // above) and `len <= buf.len()` (`check`); the tag's buffer is ours
+        // until the commit (see the worker's comment in `serve_tag`); the
+        // two buffers are distinct allocations.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                scratch.as_ptr().add(miss.data_at),
+                buf.as_mut_ptr(),
+                len as usize,
+            );
+        }
     }
     // The client's bytes are in its buffer: `DirectMiss::finish`'s
     // contract is Ok once the source read has succeeded, so the request
     // is committed now, before the fill.
     // SAFETY: the commit names the tag's buffer, as every commit; it is
     // not touched again until the tag's next request.
-    let commit = unsafe { ring.push(tag.queue.commit_sqe(tag.tag, buf.as_mut_ptr(), len as i32)) };
+    let commit = unsafe { ring.push(tag.queue.commit_sqe(tag.tag, buf.as_mut_ptr(), result)) };
     let fill_range = miss.fill;
     let fill = match fill_range {
         Some(f) if f.len <= need && miss.begin_fill() => {

@@ -7,7 +7,9 @@
 //! The thread's ring has one sparse table ([`BufferTable`]), shared out
 //! among the device queues it serves: each queue gets `2 * depth`
 //! consecutive indices from `base`. Index `base + t` is tag `t`'s buffer
-//! (the request's data: hits and bypassed reads are read into it); index
+//! (the request's data: hits and bypassed reads are read into it), or
+//! with zero copy (`zero_copy.rs`) the slot where the kernel registers the
+//! tag's current request, left empty here; index
 //! `base + depth + t` is tag `t`'s scratch buffer (a miss's whole block,
 //! read from the backing file and written from there into the cache
 //! file), registered when the tag first needs one ([`TagScratch`]).
@@ -86,20 +88,34 @@ pub(crate) struct FixedTable {
     base: u16,
     /// The queue's depth (the scratch buffers' offset from `base`).
     depth: u16,
+    /// The tags' indices are the kernel's (zero copy), not their buffers'.
+    zero_copy: bool,
 }
 
 impl FixedTable {
-    /// Tag `tag`'s buffer's index.
-    pub(crate) fn tag_index(self, tag: u16) -> u16 {
-        self.base + tag
+    /// Tag `tag`'s buffer's index, if the tags' buffers are registered.
+    pub(crate) fn tag_index(self, tag: u16) -> Option<u16> {
+        (!self.zero_copy).then_some(self.base + tag)
+    }
+
+    /// Tag 0's index: with zero copy, where the kernel registers the
+    /// queue's requests (tag `t` at this plus `t`).
+    pub(crate) fn base(self) -> u16 {
+        self.base
     }
 }
 
 /// Registers the tags' buffers (index = base + tag), with room for the
-/// tags' scratch buffers after them. None (plain reads and writes) if the
-/// table is full or the kernel refuses, e.g. over the locked-memory limit
-/// of an unprivileged server.
-pub(crate) fn register(ctx: &ThreadCtx, slots: &[Arc<TagSlot>]) -> Option<FixedTable> {
+/// tags' scratch buffers after them; with `zero_copy`, takes the tags'
+/// indices for the kernel's registrations and registers no buffer there.
+/// None (plain reads and writes, and no zero copy) if the table is full or
+/// the kernel refuses, e.g. over the locked-memory limit of an
+/// unprivileged server.
+pub(crate) fn register(
+    ctx: &ThreadCtx,
+    slots: &[Arc<TagSlot>],
+    zero_copy: bool,
+) -> Option<FixedTable> {
     let depth = u16::try_from(slots.len()).ok()?;
     let base = ctx.buffers.borrow_mut().take(2 * u32::from(depth))?;
     let Ok(base16) = u16::try_from(base) else {
@@ -108,6 +124,13 @@ pub(crate) fn register(ctx: &ThreadCtx, slots: &[Arc<TagSlot>]) -> Option<FixedT
             .give_back(base, 2 * u32::from(depth));
         return None;
     };
+    if zero_copy {
+        return Some(FixedTable {
+            base: base16,
+            depth,
+            zero_copy,
+        });
+    }
     let iovecs: Vec<libc::iovec> = slots.iter().map(|s| iovec_of(&s.buf)).collect();
     // SAFETY: each iovec is a tag's whole buffer, which lives in the
     // queue's slots until its tasks have finished and `unregister` has
@@ -121,6 +144,7 @@ pub(crate) fn register(ctx: &ThreadCtx, slots: &[Arc<TagSlot>]) -> Option<FixedT
         Ok(_) => Some(FixedTable {
             base: base16,
             depth,
+            zero_copy,
         }),
         Err(e) => {
             log::info!("ublk: tag buffers not registered ({e}); IO uses plain reads");
@@ -136,6 +160,9 @@ pub(crate) fn register(ctx: &ThreadCtx, slots: &[Arc<TagSlot>]) -> Option<FixedT
 /// What a queue's table holds, for its log line.
 pub(crate) fn describe(table: Option<FixedTable>) -> &'static str {
     match table {
+        Some(t) if t.zero_copy => {
+            "the requests' own pages (zero copy) and the tags' scratch buffers"
+        }
         Some(_) => "the tags' and their scratch buffers",
         None => "none",
     }

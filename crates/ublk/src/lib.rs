@@ -72,5 +72,6 @@ pub mod request;
 mod ring;
 mod server;
 mod start_error;
+mod zero_copy;
 
 pub use server::{check_kernel_support, StartError, UblkConfig, UblkServer, CONTROL_PATH};

@@ -52,6 +52,12 @@ pub struct UblkConfig {
     /// its requests, and the next server started with the same `dev_id`
     /// takes it over. Without it the kernel fails IO once the server dies.
     pub recovery: bool,
+    /// Serve reads without copying through the tags' buffers where the
+    /// kernel can (`UBLK_F_AUTO_BUF_REG`, Linux 6.16; `zero_copy.rs`):
+    /// hits and bypassed reads land in the client's pages. Ignored (with a
+    /// log line) on a kernel without it; a device taken over keeps the
+    /// mode it was made with.
+    pub zero_copy: bool,
 }
 
 impl Default for UblkConfig {
@@ -63,6 +69,7 @@ impl Default for UblkConfig {
             dev_id: None,
             workers: 0,
             recovery: true,
+            zero_copy: false,
         }
     }
 }
@@ -244,20 +251,50 @@ impl UblkServer {
                     StartError::Driver(format!("recovering the device: {}", describe(&e)))
                 })?
         } else {
-            UblkCtrlBuilder::default()
-                .name("tiercache")
-                .id(cfg.dev_id.map_or(-1, |id| id as i32))
-                .nr_queues(cfg.queues)
-                .depth(cfg.depth)
-                .io_buf_bytes(geometry.max_io_bytes)
-                .ctrl_flags(if cfg.recovery {
-                    crate::recovery::RECOVERY_FLAGS
+            let base_flags = if cfg.recovery {
+                crate::recovery::RECOVERY_FLAGS
+            } else {
+                0
+            };
+            let add = |flags: u64| {
+                UblkCtrlBuilder::default()
+                    .name("tiercache")
+                    .id(cfg.dev_id.map_or(-1, |id| id as i32))
+                    .nr_queues(cfg.queues)
+                    .depth(cfg.depth)
+                    .io_buf_bytes(geometry.max_io_bytes)
+                    .ctrl_flags(flags)
+                    .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+                    .build()
+            };
+            let mut zero_copy = None;
+            if cfg.zero_copy {
+                let features = UblkCtrl::get_features().unwrap_or(0);
+                if features & crate::zero_copy::F_AUTO_BUF_REG == 0 {
+                    log::info!(
+                        "ublk: this kernel cannot register requests' pages (Linux 6.16); copying"
+                    );
                 } else {
-                    0
-                })
-                .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
-                .build()
-                .map_err(|e| StartError::Driver(format!("adding the device: {}", describe(&e))))?
+                    for flags in crate::zero_copy::ZERO_COPY_FLAGS {
+                        match add(base_flags | flags) {
+                            Ok(ctrl) => {
+                                zero_copy = Some(ctrl);
+                                break;
+                            }
+                            Err(e) => log::info!(
+                                "ublk: zero-copy flags {flags:#x} refused: {}",
+                                describe(&e)
+                            ),
+                        }
+                    }
+                }
+            }
+            match zero_copy {
+                Some(ctrl) => ctrl,
+                None => add(base_flags).map_err(|e| {
+                    StartError::Driver(format!("adding the device: {}", describe(&e)))
+                })?,
+            }
         };
         let ctrl = Arc::new(ctrl);
         let dev_id = ctrl.dev_info().dev_id;
@@ -537,16 +574,8 @@ fn start_queue(
     queues: Arc<QueuesLeft>,
 ) {
     let buf_bytes = dev.dev_info.max_io_buf_bytes as usize;
-    let dq = match DeviceQueue::map(dev, qid) {
-        Ok(q) => Rc::new(q),
-        Err(e) => {
-            let m = format!("mapping queue {qid}'s descriptors: {e}");
-            let _ = ready.send(Err(m.clone()));
-            queues.done(Some(m));
-            return;
-        }
-    };
-    let slots: Vec<Arc<TagSlot>> = (0..dq.depth())
+    let zero_copy = crate::zero_copy::is_zero_copy(dev.dev_info.flags);
+    let slots: Vec<Arc<TagSlot>> = (0..dev.dev_info.queue_depth)
         .map(|_| {
             Arc::new(TagSlot {
                 buf: IoBuf::new(buf_bytes),
@@ -555,8 +584,27 @@ fn start_queue(
         })
         .collect();
     // Reads into a tag's buffer, and a miss's IO on its scratch buffer,
-    // are READ_FIXED / WRITE_FIXED when registered (None: plain IO).
-    let table = fixed_buffers::register(ctx, &slots);
+    // are READ_FIXED / WRITE_FIXED when registered (None: plain IO); with
+    // zero copy the tags' indices are where the kernel registers requests.
+    let table = fixed_buffers::register(ctx, &slots, zero_copy);
+    let failed = |m: String| {
+        let _ = ready.send(Err(m.clone()));
+        queues.done(Some(m));
+    };
+    if zero_copy && table.is_none() {
+        return failed(format!(
+            "queue {qid}: the device is zero-copy and its thread's ring has no room in its buffer table"
+        ));
+    }
+    let dq = match DeviceQueue::map(dev, qid, table.filter(|_| zero_copy).map(|t| t.base())) {
+        Ok(q) => Rc::new(q),
+        Err(e) => {
+            if let Some(t) = table {
+                fixed_buffers::unregister(ctx, t);
+            }
+            return failed(format!("mapping queue {qid}'s descriptors: {e}"));
+        }
+    };
     let served = Rc::new(Served::default());
     let tags: Vec<smol::Task<()>> = (0..dq.depth())
         .map(|tag| {
@@ -624,7 +672,7 @@ async fn serve_tag(
         return queue_down(down.0);
     }
     // This tag's buffer's index in the ring's table.
-    let fixed = table.map(|t| t.tag_index(tag));
+    let fixed = table.and_then(|t| t.tag_index(tag));
     // Where this tag's misses are read to and filled from (`direct_miss`),
     // made at the first one.
     let mut scratch = TagScratch::new(tag, table);
@@ -645,7 +693,24 @@ async fn serve_tag(
                     tag,
                     buf: &slot.buf,
                     fixed,
+                    request_index: q.request_index(tag, iod.op_flags),
                 };
+                // With zero copy, a write's data is taken from its request
+                // into the tag's buffer first: the engine checksums and
+                // journals it there.
+                if let Request::Write { len, .. } = req {
+                    if q.zero_copy() {
+                        let len = (len as usize).min(slot.buf.len());
+                        // SAFETY: the tag's buffer is ours until the commit
+                        // (see the worker's comment); no job holds it now.
+                        let bytes =
+                            unsafe { std::slice::from_raw_parts_mut(slot.buf.as_mut_ptr(), len) };
+                        if let Err(e) = q.copy_from_request(tag, bytes) {
+                            log::error!("ublk{}: taking a write's data: {e}", q.dev_id());
+                            break 'result Outcome::Commit(-libc::EIO);
+                        }
+                    }
+                }
                 // A cache hit on a cache file, or a read that surely
                 // bypasses the cache: read through this thread's io_uring,
                 // no thread hand-off and no blocking.
@@ -672,7 +737,7 @@ async fn serve_tag(
                     Some(-libc::EIO)
                 });
                 if let Some(result) = quick {
-                    break 'result Outcome::Commit(result);
+                    break 'result Outcome::Commit(to_request(q, tag, req, &slot.buf, result));
                 }
                 // A miss on files: read and promote through this thread's
                 // io_uring too, no worker round trip.
@@ -713,7 +778,8 @@ async fn serve_tag(
                     notifier.notify();
                 });
                 Outcome::Commit(if queued {
-                    slot.done.wait().await
+                    let result = slot.done.wait().await;
+                    to_request(q, tag, req, &slot.buf, result)
                 } else {
                     -libc::EIO
                 })
@@ -753,6 +819,25 @@ async fn serve_tag(
         // SAFETY: as for the fetch above.
         if let Err(down) = unsafe { q.commit_and_fetch(ring, tag, buf_ptr, result) }.await {
             return queue_down(down.0);
+        }
+    }
+}
+
+/// A read answered in the tag's buffer (`result` bytes, or `-errno`),
+/// its data put into the request with zero copy; the result to commit.
+fn to_request(q: &DeviceQueue, tag: u16, req: Request, buf: &IoBuf<u8>, result: i32) -> i32 {
+    if !q.zero_copy() || !matches!(req, Request::Read { .. }) || result <= 0 {
+        return result;
+    }
+    let n = (result as usize).min(buf.len());
+    // SAFETY: the read that filled the tag's buffer has finished (on this
+    // thread, or its worker completed); nothing writes it until the commit.
+    let data = unsafe { std::slice::from_raw_parts(buf.as_ptr(), n) };
+    match q.copy_to_request(tag, data) {
+        Ok(()) => result,
+        Err(e) => {
+            log::error!("ublk{}: copying a read to its request: {e}", q.dev_id());
+            -libc::EIO
         }
     }
 }
