@@ -27,6 +27,8 @@
 #   --timeout S  limit for the whole run, all boots (default 900)
 #   --max-boots N  boots allowed (the first + reboots by vmlab_crash; default 3)
 #   --keep-disks keep the disk files created from a SIZE (deleted otherwise)
+#   --kernel SERIES  the guest kernel: 6.12 (default; $VMLAB_KERNEL too) or
+#                6.17 (ublk zero copy), see build-image.sh
 #   --mttcg      one host thread per vCPU (faster, but with qemu 7.2 a guest
 #                kernel patching its own code can oops now and then: an int3
 #                left behind by text_poke_bp); default: all vCPUs on one host
@@ -59,6 +61,7 @@ while [ $# -gt 0 ]; do
     --max-boots) max_boots="$2"; shift 2 ;;
     --keep-disks) keep_disks=1; shift ;;
     --mttcg) tcg_thread=multi; shift ;;
+    --kernel) export VMLAB_KERNEL="$2"; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     -*) die "unknown option $1 (see --help)" ;;

@@ -12,7 +12,10 @@
 #      survive kill -9 and an upgrade of the server; each prints its rounds'
 #      pause and restart time), and vmlab/guest/ublk-pool.sh (a pool of
 #      volumes over ublk, one device each: isolation, per-volume stats,
-#      kill -9 and takeover, attach and detach, a failing backing device).
+#      kill -9 and takeover, attach and detach, a failing backing device);
+#      and ublk.sh again with --ublk-zero-copy on the 6.17 kernel
+#      (VMLAB_KERNEL=6.17: requests' pages registered for the server), where
+#      it must serve with zero copy.
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features tiercache/ublk").
@@ -34,6 +37,11 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ! image="$($SUDO ./vmlab/build-image.sh | tail -n 1)"; then
   echo "vmlab: FAILED to build the guest image" >&2
+  exit 1
+fi
+# The zero-copy test's kernel (the same user space).
+if ! $SUDO env VMLAB_KERNEL=6.17 ./vmlab/build-image.sh >/dev/null; then
+  echo "vmlab: FAILED to build the 6.17 guest image" >&2
   exit 1
 fi
 t_image=$(($(date +%s) - t0))
@@ -70,6 +78,7 @@ tests=(
   "nbd-restart --timeout 900 ${disks[*]} vmlab/guest/nbd-restart.sh"
   "nbd --timeout 900 ${disks[*]} vmlab/guest/nbd.sh"
   "ublk-pool --timeout 900 ${pool_disks[*]} vmlab/guest/ublk-pool.sh"
+  "ublk-zero-copy --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
 )
 
 # run_guest_test NAME ARGS...: one guest run; leaves "<status> <seconds>" in

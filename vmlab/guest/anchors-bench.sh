@@ -13,6 +13,9 @@
 #   tiercache-ublk-junk   the same, its cache first filled with other data
 #   tiercache-ublk-cutoff0-empty, tiercache-ublk-cutoff0-junk,
 #   tiercache-cutoff0-empty (NBD)
+#   tiercache-ublk-zc-cutoff0-empty, tiercache-ublk-zc-cutoff0-junk: the
+#                      same with --ublk-zero-copy (Linux >= 6.16,
+#                      VMLAB_KERNEL=6.17)
 #                      the same with serve --sequential-cutoff 0, as
 #                      bcache-cutoff0: the files' layout (sequential writes)
 #                      is then cached too (not in the default list)
@@ -163,7 +166,7 @@ lvmcache_teardown() {
 # --- tiercache (over the kernel NBD client or as a ublk device) -------------
 TC_SOCKET=/run/tiercache/bench.sock
 TC_CONTROL=/run/tiercache/bench.ctl
-# tiercache_setup nbd|ublk [CUTOFF]: CUTOFF, the sequential cutoff (default:
+# tiercache_setup nbd|ublk|ublk-zc [CUTOFF]: CUTOFF, the sequential cutoff (default:
 # the server's, 4 MiB).
 tiercache_setup() {
   local frontend=$1 cutoff=${2:-}
@@ -175,9 +178,11 @@ tiercache_setup() {
     $(per_round "${BENCH_TC_CREATE_ARGS:-}" | tr ',' ' ' | sed 's/^-$//') >"$OUT/tiercache-create.txt"
   local serve=(env $(per_round "${BENCH_TC_ENV:-}" | tr ',' ' ' | sed 's/^-$//') "$bin" serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
     ${cutoff:+--sequential-cutoff "$cutoff"} $(per_round "${BENCH_TC_ARGS:-}" | tr ',' ' ' | sed 's/^-$//'))
-  if [ "$frontend" = ublk ]; then
+  if [ "$frontend" = ublk ] || [ "$frontend" = ublk-zc ]; then
+    local zc=()
+    [ "$frontend" = ublk-zc ] && zc=(--ublk-zero-copy)
     while [ -e /dev/ublkc0 ]; do sleep 0.1; done
-    "${serve[@]}" --ublk --ublk-id 0 ${BENCH_UBLK_QUEUES:+--ublk-queues "$BENCH_UBLK_QUEUES"} >>"$OUT/tiercache.log" 2>&1 &
+    "${serve[@]}" --ublk --ublk-id 0 ${BENCH_UBLK_QUEUES:+--ublk-queues "$BENCH_UBLK_QUEUES"} "${zc[@]}" >>"$OUT/tiercache.log" 2>&1 &
     TC_PID=$!
     DEV=/dev/ublkb0
     wait_for_path "$DEV" 60
@@ -351,6 +356,8 @@ run_config() {
     tiercache-ublk-cutoff0-empty) kind=tiercache frontend=ublk cutoff=0 ;;
     tiercache-ublk-cutoff0-junk) kind=tiercache frontend=ublk cutoff=0 junk=1 ;;
     tiercache-cutoff0-empty) kind=tiercache frontend=nbd cutoff=0 ;;
+    tiercache-ublk-zc-cutoff0-empty) kind=tiercache frontend=ublk-zc cutoff=0 ;;
+    tiercache-ublk-zc-cutoff0-junk) kind=tiercache frontend=ublk-zc cutoff=0 junk=1 ;;
     *) fail "unknown configuration $name" ;;
   esac
   # Files of the run: NAME-SIZE, or NAME-rR-SIZE with rounds (the part

@@ -14,6 +14,9 @@
 #              BENCH_CONFIGS);
 #   tiercache-q2  the defaults with two ublk queues per device (not run
 #              unless named in BENCH_CONFIGS);
+#   tiercache-zc  the defaults with --ublk-zero-copy (reads into the
+#              requests' own pages; Linux >= 6.16, VMLAB_KERNEL=6.17; not
+#              run unless named in BENCH_CONFIGS);
 #   NAME-before   any tiercache set-up above served by the binary
 #              `tiercache-before` (a build before a change, copied into the
 #              guest with ANCHORS_BIN=/path/to/tiercache-before on the
@@ -194,6 +197,7 @@ run_config() {
     tiercache-4k) kind=tiercache options=(--block-size 4k) ;;
     tiercache-64k) kind=tiercache options=(--block-size 64k) ;;
     tiercache-q2) kind=tiercache options=(--ublk-queues 2) ;;
+    tiercache-zc) kind=tiercache options=(--ublk-zero-copy) ;;
     *) fail "unknown set-up $name" ;;
   esac
   RUN=$name-$round

@@ -8,6 +8,10 @@
 FRONTEND=ublk-restart
 # shellcheck disable=SC2034
 SERVE_FRONT=(--ublk --ublk-queues 2)
+# UBLK_ZERO_COPY=1: with --ublk-zero-copy (Linux >= 6.16, VMLAB_KERNEL=6.17):
+# the device is made zero-copy and every server that takes it over must
+# serve it so.
+[ "${UBLK_ZERO_COPY:-0}" = 1 ] && SERVE_FRONT+=(--ublk-zero-copy)
 STATE=/run/tiercache/tc.ublk-id # next to $TC_CONTROL (serve --ublk)
 . /vmlab/restart-lib.sh
 
@@ -42,6 +46,13 @@ assert_device_gone() {
     sleep 0.1
   done
   [ ! -e "$STATE" ] || fail "$STATE left after a plain stop"
+  if [ "${UBLK_ZERO_COPY:-0}" = 1 ]; then
+    local starts zc
+    starts=$(grep -c "serving /dev/ublkb" "$LOG")
+    zc=$(grep -c "ublk[0-9]*: zero copy" "$LOG")
+    [ "$zc" -gt 0 ] && [ "$zc" = "$starts" ] || fail "$zc of $starts servers served the device with zero copy"
+    step "every one of the $starts servers served $DEV with zero copy"
+  fi
 }
 
 run_restart_test

@@ -2,6 +2,10 @@
 //! worker: a hit or a bypassed read ([`direct_read`]) and a miss on files
 //! ([`direct_miss`]).
 //!
+//! With zero copy (`zero_copy.rs`) a direct read's pieces land in the
+//! request's own pages, registered by the kernel at the tag's index, and
+//! a miss's bytes are copied into the request from its scratch buffer.
+//!
 //! A direct read's pieces are read side by side; the caller commits the
 //! request once they are all in. (Chaining the commit after the reads,
 //! `IOSQE_IO_LINK`, was tried and is unsafe on Linux 6.12: a chained

@@ -42,7 +42,9 @@
 //! device's [`pool::WorkerPool`], and its completion comes back to the
 //! queue thread through an eventfd that the thread keeps a read posted on
 //! (see [`pool`]). A queue therefore has up to `depth` requests in the
-//! export at once, limited by the pool size.
+//! export at once, limited by the pool size. With
+//! [`UblkConfig::zero_copy`] on Linux >= 6.16, hits and bypassed reads are
+//! read into the requests' own pages (`zero_copy.rs`).
 //!
 //! # Lifetime
 //!

@@ -376,6 +376,9 @@ impl UblkServer {
         match started {
             Ok(_) => {
                 tiercache_frontend::prefer_no_scheduler(&format!("ublkb{dev_id}"));
+                if crate::zero_copy::is_zero_copy(server.ctrl.dev_info().flags) {
+                    log::info!("ublk{dev_id}: zero copy: reads land in the requests' own pages");
+                }
                 Ok(server)
             }
             Err(e) => {
