@@ -8,13 +8,14 @@
 //!
 //! A direct read's pieces are read side by side; the caller commits the
 //! request once they are all in. (Chaining the commit after the reads,
-//! `IOSQE_IO_LINK`, was tried and is unsafe on Linux 6.12: a chained
-//! URING_CMD that runs late can read its SQE after the slot was reused,
-//! and the driver then got another tag's command, `-EINVAL` or
-//! `-EBUSY`. With zero copy on 6.17 the guest kernel oopsed instead, in
-//! `bio_dirty_fn` unpinning a bad page of the client's O_DIRECT read,
-//! under the test suite's mixed-size writes; without the chain it passed
-//! the same test three times out of three.)
+//! `IOSQE_IO_LINK`, saved a third of the server's CPU per hit in the VM
+//! lab, but a chained ublk commit is not reliable: on Linux 6.12 the
+//! driver now and then refused one (`-EINVAL`, `-EBUSY`) and its request
+//! was never completed; with zero copy on 6.17 the guest kernel oopsed,
+//! in `bio_dirty_fn` unpinning a bad page of the client's O_DIRECT read.
+//! Both under the test suite's mixed-size writes, which pass without the
+//! chain. The cause, in the kernel or in how it is used here, is not
+//! known.)
 
 use crate::device_queue::DeviceQueue;
 use crate::fixed_buffers::TagScratch;
