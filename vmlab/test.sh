@@ -13,9 +13,9 @@
 #      pause and restart time), and vmlab/guest/ublk-pool.sh (a pool of
 #      volumes over ublk, one device each: isolation, per-volume stats,
 #      kill -9 and takeover, attach and detach, a failing backing device);
-#      and ublk.sh again with --ublk-zero-copy on the 6.17 kernel
-#      (VMLAB_KERNEL=6.17: requests' pages registered for the server), where
-#      it must serve with zero copy.
+#      and ublk.sh and ublk-restart.sh again with --ublk-zero-copy on the
+#      6.17 kernel (VMLAB_KERNEL=6.17: requests' pages registered for the
+#      server), where every server must serve with zero copy.
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features tiercache/ublk").
@@ -71,7 +71,8 @@ disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 pool_disks=(--disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M --disk ssd=48M)
 # In an order that ends the two lanes together: ublk (about 250 s) then nbd
 # (180) in one, ublk-restart (160), nbd-restart (130) and ublk-pool (140)
-# in the other (2026-11-28). "NAME run.sh-arguments...".
+# in the other (2026-11-28); then the two zero-copy runs on 6.17 (about 120
+# and 80 s), one in each. "NAME run.sh-arguments...".
 tests=(
   "ublk-restart --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
   "ublk --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
@@ -79,6 +80,7 @@ tests=(
   "nbd --timeout 900 ${disks[*]} vmlab/guest/nbd.sh"
   "ublk-pool --timeout 900 ${pool_disks[*]} vmlab/guest/ublk-pool.sh"
   "ublk-zero-copy --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
+  "ublk-restart-zero-copy --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
 )
 
 # run_guest_test NAME ARGS...: one guest run; leaves "<status> <seconds>" in
