@@ -50,6 +50,9 @@
 # BENCH_TC_ENV (environment for the tiercache server, KEY=V[,KEY=V];
 # several separated by '/' take turns by round, '-' for none: for an A/B
 # of a server setting in one boot),
+# any tiercache configuration NAME-before (served by tiercache-before,
+# copied in with ANCHORS_BIN=/path/to/tiercache-before: an A/B of two
+# builds side by side in one boot),
 # BENCH_TC_BIN (the server's binary by round as BENCH_TC_ENV, e.g.
 # tiercache/tiercache-before: a build before a change, copied in with
 # ANCHORS_BIN=/path/to/tiercache-before on the host, for an A/B of two
@@ -173,7 +176,7 @@ tiercache_setup() {
   wipe "$HDD" "$SSD"
   mkdir -p /run/tiercache
   local bin
-  bin=$(per_round "${BENCH_TC_BIN:-tiercache}")
+  bin=${TC_BIN_OF_RUN:-$(per_round "${BENCH_TC_BIN:-tiercache}")}
   "$bin" create --force --backing "$HDD" --cache "$SSD" --mode writeback \
     $(per_round "${BENCH_TC_CREATE_ARGS:-}" | tr ',' ' ' | sed 's/^-$//') >"$OUT/tiercache-create.txt"
   local serve=(env $(per_round "${BENCH_TC_ENV:-}" | tr ',' ' ' | sed 's/^-$//') "$bin" serve --backing "$HDD" --cache "$SSD" --mode writeback --control "$TC_CONTROL"
@@ -342,7 +345,13 @@ run_config() {
     step "$name: skipped (no ublk front end in this tiercache binary or kernel)"
     return
   fi
-  case "$name" in
+  # NAME-before: the set-up NAME served by tiercache-before.
+  TC_BIN_OF_RUN=""
+  if [ "${name%-before}" != "$name" ]; then
+    command -v tiercache-before >/dev/null || fail "$name needs tiercache-before in the guest (ANCHORS_BIN)"
+    TC_BIN_OF_RUN=tiercache-before
+  fi
+  case "${name%-before}" in
     ssd-alone) kind=plain DEV=$FAST ;;
     hdd-alone) kind=plain DEV=$HDD ;;
     bcache-cutoff4M) kind=bcache cutoff=$((4 << 20)) ;;
