@@ -19,7 +19,6 @@ use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
 
 /// `io_uring_enter`'s flag to reap completions (linux/io_uring.h).
 const IORING_ENTER_GETEVENTS: u32 = 1;
@@ -108,31 +107,30 @@ impl QueueRing {
     }
 
     /// Submits what was queued and waits for at least `want` completions
-    /// (0: none), then wakes the futures of every completion that came.
-    ///
-    /// Two steps, so that the caller can tell working from waiting: one
-    /// `io_uring_enter` submits and runs the completion work already due,
-    /// and only if that brought no completion, a second one sleeps. Returns
-    /// how long the second one slept.
-    pub(crate) fn submit_and_wait(&self, want: usize) -> io::Result<Duration> {
-        let mut slept = Duration::ZERO;
+    /// (0: none; none either when some are waiting to be reaped already),
+    /// then wakes the futures of every completion that came. One
+    /// `io_uring_enter`: it submits, runs the completion work due (all of
+    /// it, `DEFER_TASKRUN`) and sleeps until the completions are in. (It
+    /// was two, one to work and one to sleep, to tell the two apart in the
+    /// thread's time: a system call more per loop.)
+    pub(crate) fn submit_and_wait(&self, want: usize) -> io::Result<()> {
         let r = {
             let mut ring = self.ring.borrow_mut();
+            let want = if ring.completion().is_empty() {
+                want
+            } else {
+                0
+            };
             let to_submit = ring.submission().len() as u32;
             // SAFETY: no argument is passed; the submission queue's tail
             // was published when its last push ended.
-            let worked = unsafe {
-                ring.submitter()
-                    .enter::<libc::sigset_t>(to_submit, 0, IORING_ENTER_GETEVENTS, None)
-            };
-            match worked {
-                Ok(_) if want > 0 && ring.completion().is_empty() => {
-                    let t = Instant::now();
-                    let r = ring.submit_and_wait(want);
-                    slept = t.elapsed();
-                    r
-                }
-                r => r,
+            unsafe {
+                ring.submitter().enter::<libc::sigset_t>(
+                    to_submit,
+                    want as u32,
+                    IORING_ENTER_GETEVENTS,
+                    None,
+                )
             }
         };
         match r {
@@ -141,7 +139,7 @@ impl QueueRing {
             Err(e) => return Err(e),
         }
         self.reap();
-        Ok(slept)
+        Ok(())
     }
 
     /// Resolves the futures of the completions in the completion queue.
@@ -149,17 +147,19 @@ impl QueueRing {
         loop {
             // Taken in batches so that no borrow of the ring is held while
             // a waker runs (it may push).
-            let done: Vec<(u64, i32)> = {
+            let mut done = [(0u64, 0i32); 64];
+            let mut n = 0;
+            {
                 let mut ring = self.ring.borrow_mut();
-                ring.completion()
-                    .take(64)
-                    .map(|c| (c.user_data(), c.result()))
-                    .collect()
-            };
-            if done.is_empty() {
+                for c in ring.completion().take(done.len()) {
+                    done[n] = (c.user_data(), c.result());
+                    n += 1;
+                }
+            }
+            if n == 0 {
                 return;
             }
-            for (key, result) in done {
+            for &(key, result) in &done[..n] {
                 self.complete(key as usize, result);
             }
         }
