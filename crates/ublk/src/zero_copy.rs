@@ -68,50 +68,46 @@ pub(crate) fn user_copy_offset(qid: u16, tag: u16) -> u64 {
 /// Copies `data` into request (`qid`, `tag`)'s pages.
 pub(crate) fn copy_to_request(cdev: RawFd, qid: u16, tag: u16, data: &[u8]) -> io::Result<()> {
     let base = user_copy_offset(qid, tag);
-    let mut done = 0;
-    while done < data.len() {
+    whole(data.len(), "the request took no more bytes", |done| {
         // SAFETY: the pointer and length name the unwritten rest of
         // `data`, which the kernel only reads.
-        let n = unsafe {
+        unsafe {
             libc::pwrite(
                 cdev,
                 data[done..].as_ptr().cast(),
                 data.len() - done,
                 (base + done as u64) as libc::off_t,
             )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::other("the request took no more bytes")),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
         }
-    }
-    Ok(())
+    })
 }
 
 /// Copies request (`qid`, `tag`)'s data into `buf`.
 pub(crate) fn copy_from_request(cdev: RawFd, qid: u16, tag: u16, buf: &mut [u8]) -> io::Result<()> {
     let base = user_copy_offset(qid, tag);
-    let mut done = 0;
-    while done < buf.len() {
+    let len = buf.len();
+    whole(len, "the request had fewer bytes", |done| {
         // SAFETY: the pointer and length name the unfilled rest of `buf`,
         // which is ours to write.
-        let n = unsafe {
+        unsafe {
             libc::pread(
                 cdev,
                 buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
+                len - done,
                 (base + done as u64) as libc::off_t,
             )
-        };
-        match n {
+        }
+    })
+}
+
+/// Runs `step(bytes done so far)` (a `pread` or `pwrite`) until `len`
+/// bytes are moved; a step that moves nothing fails with `short`.
+fn whole(len: usize, short: &str, mut step: impl FnMut(usize) -> isize) -> io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        match step(done) {
             n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::other("the request had fewer bytes")),
+            0 => return Err(io::Error::other(short.to_string())),
             _ => {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
