@@ -5,6 +5,7 @@
 #   hdd-alone          ext4 on the throttled disk
 #   bcache-cutoff4M    bcache writeback, sequential_cutoff 4M (its default)
 #   bcache-cutoff0     bcache writeback, sequential_cutoff 0
+#   bcache-cutoff0-junk  the same, its cache first filled with other data
 #   lvmcache-empty     lvmcache (dm-cache) writeback, smq, empty cache
 #   lvmcache-junk      the same, its cache first filled with other data
 #   tiercache-empty    tiercache writeback over the kernel NBD client
@@ -64,6 +65,9 @@
 # into moves-<run>.txt; the sampling costs the guest CPU),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run into
 # perf-<run>.txt; needs perf in the guest: run.sh --bin /usr/bin/perf),
+# BENCH_RECORD=SECONDS (tiercache's requests from its start, for SECONDS,
+# into trace-<run>.tct for `tiercache sim`: junk, layout and the measured
+# run; the run waits for the recording to end before its teardown),
 # BENCH_TRACE_HDD=1 (every request queued to the HDD during each measured
 # run, by thread and kind, with the kernel stacks of the writes and
 # flushes, into hddtrace-<run>.txt; needs perf in the guest as above).
@@ -356,6 +360,7 @@ run_config() {
     hdd-alone) kind=plain DEV=$HDD ;;
     bcache-cutoff4M) kind=bcache cutoff=$((4 << 20)) ;;
     bcache-cutoff0) kind=bcache cutoff=0 ;;
+    bcache-cutoff0-junk) kind=bcache cutoff=0 junk=1 ;;
     lvmcache-empty) kind=lvmcache ;;
     lvmcache-junk) kind=lvmcache junk=1 ;;
     tiercache-empty) kind=tiercache frontend=nbd ;;
@@ -380,6 +385,15 @@ run_config() {
     tiercache) tiercache_setup "$frontend" "$cutoff" ;;
     *) "${kind}_setup" ;;
   esac
+  local record_pid=""
+  if [ "$kind" = tiercache ] && [ -n "${BENCH_RECORD:-}" ]; then
+    # Every request the server gets from here on (the junk, the layout and
+    # the measured run) into a trace for `tiercache sim`; teardown waits
+    # for the recording's end.
+    tiercache trace --control "$TC_CONTROL" --seconds "$BENCH_RECORD" --out "$OUT/trace-$RUN.tct" \
+      >"$OUT/trace-$RUN.txt" 2>&1 &
+    record_pid=$!
+  fi
   local front disks
   front=$(blockdev_name "$DEV")
   if [ -n "${BENCH_SCHED:-}" ] && [ -e "/sys/class/block/$front/queue/scheduler" ]; then
@@ -506,6 +520,10 @@ run_config() {
   cpu_after=$(cpu_ticks)
   [ "$kind" = tiercache ] && tc_after=$(proc_ticks "$TC_PID")
   umount /mnt/bench
+  if [ -n "$record_pid" ]; then
+    step "$name: waiting for the recording's end (BENCH_RECORD=${BENCH_RECORD}s)"
+    wait "$record_pid" || fail "tiercache trace"
+  fi
   case "$kind" in
     plain) ;;
     *) "${kind}_teardown" ;;

@@ -146,6 +146,7 @@ impl Adaptive {
         let build = |capacity: u32, c: &Candidate| {
             let mut s = S3Fifo::compact(capacity, c.share);
             s.set_move_threshold(c.threshold);
+            s.set_stale_small_eviction(true);
             s
         };
         Adaptive {

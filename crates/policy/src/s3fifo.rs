@@ -138,6 +138,19 @@ pub struct S3Fifo {
     /// ([`MOVE_TO_MAIN_THRESHOLD`] unless set otherwise).
     move_threshold: u8,
     has_evicted: bool,
+    /// Whether a small FIFO that stood still through a whole turn of main
+    /// is emptied first ([`S3Fifo::set_stale_small_eviction`]).
+    stale_small_eviction: bool,
+    /// Blocks evicted from main since a block last left the small FIFO's
+    /// front.
+    main_evictions_since_small_moved: u32,
+    /// Blocks inserted into the small FIFO since then and still in it
+    /// (approximate: a block leaving small's middle, made dirty or
+    /// removed, is taken to be one of these).
+    small_newcomers: u32,
+    /// Blocks at the small FIFO's front found stale, evicted before any
+    /// other.
+    stale_small: u32,
 }
 
 impl S3Fifo {
@@ -173,6 +186,10 @@ impl S3Fifo {
             main_size: 0,
             move_threshold: MOVE_TO_MAIN_THRESHOLD,
             has_evicted: false,
+            stale_small_eviction: false,
+            main_evictions_since_small_moved: 0,
+            small_newcomers: 0,
+            stale_small: 0,
         };
         p.set_small_ratio(ratio);
         p
@@ -192,6 +209,55 @@ impl S3Fifo {
     /// from the next eviction on (the second knob [`crate::Adaptive`] turns).
     pub fn set_move_threshold(&mut self, hits: u8) {
         self.move_threshold = hits.clamp(1, 3);
+    }
+
+    /// Evicts the small FIFO's blocks first once it has stood still while
+    /// main turned over completely (`main_size` evictions from main and no
+    /// block leaving small's front), as many as were in small before that
+    /// turn began. Such blocks have outlived every block of main without
+    /// earning their move; plain S3-FIFO keeps them as long as main stays
+    /// over its share, which it does when the new blocks reach main
+    /// without passing through small (ghost hits, or written blocks that
+    /// rejoin main once cleaned): a cache full of stale blocks then keeps
+    /// its small FIFO's share of them indefinitely. Off by default (the
+    /// plain policy matches libCacheSim exactly); [`crate::Adaptive`] turns
+    /// it on.
+    pub fn set_stale_small_eviction(&mut self, on: bool) {
+        self.stale_small_eviction = on;
+    }
+
+    /// A block left the small FIFO's front (moved to main or evicted).
+    fn small_front_left(&mut self) {
+        self.stale_small = self.stale_small.saturating_sub(1);
+        self.main_evictions_since_small_moved = 0;
+        self.small_newcomers = 0;
+    }
+
+    /// A block left the small FIFO elsewhere than at its front.
+    fn small_middle_left(&mut self) {
+        self.small_newcomers = self.small_newcomers.saturating_sub(1);
+    }
+
+    /// Counts one eviction from main, and marks the small FIFO's older
+    /// blocks stale when main has turned over with small standing still.
+    fn main_evicted(&mut self) {
+        if !self.stale_small_eviction {
+            return;
+        }
+        self.main_evictions_since_small_moved += 1;
+        if self.stale_small == 0 && self.main_evictions_since_small_moved >= self.main_size.max(1) {
+            self.stale_small = self
+                .slots
+                .list_len(SMALL)
+                .saturating_sub(self.small_newcomers);
+            self.main_evictions_since_small_moved = 0;
+            self.small_newcomers = 0;
+        }
+    }
+
+    /// Whether the next eviction takes the small FIFO's stale blocks.
+    fn evict_stale_small(&self) -> bool {
+        self.stale_small > 0 && self.slots.list_len(SMALL) > 0
     }
 
     fn freq(&self, c: CacheBlock) -> u8 {
@@ -219,6 +285,7 @@ impl S3Fifo {
     fn evict_small(&mut self) -> Option<OriginBlock> {
         while let Some(c) = self.slots.front(SMALL) {
             let o = self.slots.oblock_of(c).expect("listed slot is mapped");
+            self.small_front_left();
             if self.freq(c) >= self.move_threshold {
                 self.set_freq(c, 0);
                 self.slots.move_to_back(c, MAIN);
@@ -242,6 +309,7 @@ impl S3Fifo {
             } else {
                 let o = self.slots.oblock_of(c).expect("listed slot is mapped");
                 self.slots.remove(o);
+                self.main_evicted();
                 return Some(o);
             }
         }
@@ -252,7 +320,9 @@ impl S3Fifo {
     /// Returns None only if no clean block is resident.
     fn evict(&mut self) -> Option<OriginBlock> {
         self.has_evicted = true;
-        let first = if self.evict_from_main() {
+        let first = if self.evict_stale_small() {
+            self.evict_small()
+        } else if self.evict_from_main() {
             self.evict_main()
         } else {
             self.evict_small()
@@ -346,6 +416,9 @@ impl Replacement for S3Fifo {
             SMALL
         };
         let cblock = self.slots.insert(oblock, list).expect("a slot is free");
+        if list == SMALL {
+            self.small_newcomers += 1;
+        }
         self.set_freq(cblock, 0);
         Some(Insertion { cblock, evicted })
     }
@@ -368,12 +441,22 @@ impl Replacement for S3Fifo {
     }
 
     fn remove(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
+        if self
+            .slots
+            .lookup(oblock)
+            .is_some_and(|c| self.slots.list_of(c) == SMALL)
+        {
+            self.small_middle_left();
+        }
         self.slots.remove(oblock)
     }
 
     fn set_dirty(&mut self, oblock: OriginBlock, dirty: bool) {
         if let Some(c) = self.slots.lookup(oblock) {
             if self.slots.is_dirty(c) != dirty {
+                if self.slots.list_of(c) == SMALL {
+                    self.small_middle_left();
+                }
                 self.slots.set_dirty(c, dirty);
                 self.slots.move_to_back(c, if dirty { DIRTY } else { MAIN });
             }
@@ -402,7 +485,9 @@ impl Replacement for S3Fifo {
                     .or_else(|| self.slots.front(SMALL)),
             }
         };
-        let c = if self.evict_from_main() {
+        let c = if self.evict_stale_small() {
+            small()
+        } else if self.evict_from_main() {
             main().or_else(small)
         } else {
             small()
@@ -533,6 +618,56 @@ mod tests {
         let ins = p.insert(OriginBlock(99), Time(0)).unwrap();
         assert_eq!(ins.evicted, Some(OriginBlock(5)));
         assert_eq!(p.dirty_len(), 19);
+    }
+
+    /// A cache full of blocks read once (stale), then new data written and
+    /// cleaned block by block, as a file laid out in writeback mode: returns
+    /// how many of the new blocks are resident afterwards.
+    fn written_over_stale(p: &mut S3Fifo, new_blocks: u64) -> usize {
+        for o in 0..200 {
+            get(p, o); // 100 stale blocks resident, the cache has evicted
+        }
+        for o in 1000..1000 + new_blocks {
+            let o = OriginBlock(o);
+            p.insert(o, Time(0)).expect("a clean block to evict");
+            p.set_dirty(o, true);
+            p.set_dirty(o, false);
+        }
+        (1000..1000 + new_blocks)
+            .filter(|&o| p.lookup(OriginBlock(o)).is_some())
+            .count()
+    }
+
+    #[test]
+    fn a_small_fifo_that_stood_still_through_a_turn_of_main_is_emptied_first() {
+        // Plain S3-FIFO: the written blocks reach main through the dirty
+        // list, main stays over its share and evicts them, and the small
+        // FIFO's stale blocks stay (9 of the 100 slots).
+        let mut plain = S3Fifo::new(100);
+        assert_eq!(written_over_stale(&mut plain, 95), 91);
+        // With stale-small eviction, once main has turned over the stale
+        // blocks in small go, and all 95 new blocks fit.
+        let mut p = S3Fifo::new(100);
+        p.set_stale_small_eviction(true);
+        assert_eq!(written_over_stale(&mut p, 95), 95);
+    }
+
+    #[test]
+    fn a_moving_small_fifo_is_never_found_stale() {
+        // New blocks churning through small keep its front moving: the
+        // rule never fires, so the policy is plain S3-FIFO's.
+        let mut plain = S3Fifo::new(100);
+        let mut p = S3Fifo::new(100);
+        p.set_stale_small_eviction(true);
+        let mut x = 12345u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let o = (x >> 33) % 300;
+            assert_eq!(get(&mut plain, o), get(&mut p, o));
+        }
+        assert_eq!(p.stale_small, 0);
     }
 
     #[test]
