@@ -7,7 +7,7 @@ use crate::scratch::RunBuf;
 use crate::stats::IoCounters;
 use crate::{Engine, EngineError, Result};
 use tiercache_device::BlockDevice;
-use tiercache_policy::writeback::choose_writeback;
+use tiercache_policy::writeback::{choose_writeback, writeback_runs, MAX_WRITEBACK_RUN_BYTES};
 use tiercache_policy::writeback_sweep::DirtySource;
 use tiercache_types::{CacheBlock, OriginBlock};
 
@@ -38,21 +38,13 @@ impl Engine {
         if dirty.is_empty() {
             return Ok(0);
         }
-        const MAX_RUN_BYTES: u64 = 4 << 20;
-        let max_run = (MAX_RUN_BYTES / self.block_size).max(1) as usize;
+        let max_run = (MAX_WRITEBACK_RUN_BYTES / self.block_size).max(1) as usize;
+        let oblocks: Vec<OriginBlock> = dirty.iter().map(|&(o, _)| o).collect();
         let mut cleaned = 0;
         let mut i = 0;
-        while i < dirty.len() {
-            let mut j = i + 1;
-            while j < dirty.len()
-                && j - i < max_run
-                && dirty[j].0 .0 == dirty[j - 1].0 .0 + 1
-                && dirty[j].0.volume() == dirty[i].0.volume()
-            {
-                j += 1;
-            }
-            cleaned += self.clean_run(&dirty[i..j])?;
-            i = j;
+        for len in writeback_runs(&oblocks, max_run) {
+            cleaned += self.clean_run(&dirty[i..i + len])?;
+            i += len;
         }
         Ok(cleaned)
     }

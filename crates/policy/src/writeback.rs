@@ -139,6 +139,33 @@ impl RateController {
     }
 }
 
+/// The longest run of neighbouring dirty blocks written back as one write
+/// (the engine's cleaner; the simulator prices its writebacks the same way).
+pub const MAX_WRITEBACK_RUN_BYTES: u64 = 4 << 20;
+
+/// The lengths of the runs `blocks` (in writeback order) are written back
+/// in: neighbours of one volume merge, up to `max_run` blocks a run.
+pub fn writeback_runs(blocks: &[OriginBlock], max_run: usize) -> impl Iterator<Item = usize> + '_ {
+    let max_run = max_run.max(1);
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        if i >= blocks.len() {
+            return None;
+        }
+        let mut j = i + 1;
+        while j < blocks.len()
+            && j - i < max_run
+            && blocks[j].0 == blocks[j - 1].0 + 1
+            && blocks[j].volume() == blocks[i].volume()
+        {
+            j += 1;
+        }
+        let len = j - i;
+        i = j;
+        Some(len)
+    })
+}
+
 /// Which of `dirty` (in any order) to write back now: the first `n` in
 /// pool-key order. Sorting is the caller's cost outside any lock.
 pub fn choose_writeback(

@@ -104,6 +104,15 @@ impl WritebackSweep {
             self.queue = ahead.into();
         }
     }
+
+    /// Hands `blocks` out again first: the tail of the last batch that was
+    /// not written back (the simulator's cleaner, when an idle gap ends
+    /// before the batch does), in the order it was handed out.
+    pub fn put_back(&mut self, blocks: &[(OriginBlock, CacheBlock)]) {
+        for &b in blocks.iter().rev() {
+            self.queue.push_front(b);
+        }
+    }
 }
 
 #[cfg(test)]

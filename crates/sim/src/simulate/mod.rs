@@ -16,11 +16,15 @@
 //! which blocks from a
 //! [`WritebackSweep`](tiercache_policy::writeback_sweep::WritebackSweep)
 //! (origin order, a batch at a time, as the engine's cleaner). Its clock is the trace's time when the trace has
-//! timestamps (a gap of `idle_after_ms` or more counts as idle: all is
-//! written back before the next request), else modelled time (each
+//! timestamps (a gap of `idle_after_ms` or more counts as idle: before the
+//! next request the cleaner writes back at full speed as much as the
+//! backing device can write in the rest of the gap), else modelled time (each
 //! request's modelled latency over the queue depth, back to back, never
-//! idle). Writebacks are background IO: they cost device capacity (and so
-//! IOPS) but no request latency. Dirty blocks left at the end are reported.
+//! idle). Writebacks are written as the engine writes them, neighbouring
+//! blocks merged into runs of up to 4 MiB, each run one write of the
+//! backing device's model; they are background IO: they cost device
+//! capacity (and so IOPS) but no request latency. Dirty blocks left at the
+//! end are reported.
 //!
 //! Parallelism: the request stream is read once, in chunks. For each chunk
 //! the configurations (and the block-level analysis task) are independent,

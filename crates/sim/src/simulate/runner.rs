@@ -7,10 +7,10 @@ use super::spec::{policy_label, SimSpec};
 use crate::device::{DeviceModel, LatencyHistogram};
 use crate::trace::{Request, VOLUME_SHIFT};
 use tiercache_policy::director::{ReadPlan, WritePlan};
-use tiercache_policy::writeback::RateController;
+use tiercache_policy::writeback::{writeback_runs, RateController, MAX_WRITEBACK_RUN_BYTES};
 use tiercache_policy::writeback_sweep::WritebackSweep;
 use tiercache_policy::{BlockPlan, Director, DirectorConfig, IoRequest, PolicyConfig};
-use tiercache_types::{CacheMode, Time, VolumeId};
+use tiercache_types::{CacheMode, OriginBlock, Time, VolumeId};
 
 // Plan classes, indexes into cost tables.
 pub(super) const HIT: u8 = 0;
@@ -183,13 +183,16 @@ impl ConfigRunner {
         }
         let now = r.time;
         if self.timestamps {
-            // An idle gap before this request: the engine's cleaner would
-            // have written everything back in it.
+            // An idle gap before this request: once it has lasted
+            // `idle_after`, the engine's cleaner writes back at full speed,
+            // as much as the backing device can take in the rest of it.
             if let Some((ctl, idle_ns)) = self.cleaner.as_mut() {
-                if now.saturating_sub(self.clock) >= *idle_ns && self.requests > 1 {
+                let gap = now.saturating_sub(self.clock);
+                if gap >= *idle_ns && self.requests > 1 {
+                    let budget = (gap - *idle_ns) as u128;
                     let dirty = self.d.dirty_len() as u64;
                     let n = ctl.blocks_to_clean(dirty, self.capacity as u64, true, false, now);
-                    self.clean(n as usize);
+                    self.clean_within(n as usize, budget);
                 }
             }
             self.clock = now;
@@ -238,7 +241,7 @@ impl ConfigRunner {
             let dirty = self.d.dirty_len() as u64;
             let n = ctl.blocks_to_clean(dirty, self.capacity as u64, false, false, self.clock);
             if n > 0 {
-                self.clean(n as usize);
+                self.clean_within(n as usize, u128::MAX);
             }
         }
         if self.fill.is_none() && self.d.resident_len() >= self.d.capacity() {
@@ -314,16 +317,33 @@ impl ConfigRunner {
         (r > fr).then(|| (h - fh) as f64 / (r - fr) as f64)
     }
 
-    /// Writes dirty blocks back in origin order until at most `low` remain.
-    /// Writes back `n` dirty blocks, the ones the engine would choose.
-    fn clean(&mut self, n: usize) {
+    /// Writes back up to `n` dirty blocks, the ones the engine would choose,
+    /// as the engine writes them: neighbours merged into one write of up
+    /// to [`MAX_WRITEBACK_RUN_BYTES`]. Stops before a run that would take
+    /// the backing device past `budget_ns` of busy time (the first run
+    /// always goes); the blocks left stay dirty.
+    fn clean_within(&mut self, n: usize, budget_ns: u128) {
         let dirty = self.sweep.next_batch(n, &self.d);
-        for (o, _) in dirty {
-            self.d.mark_clean(o);
-            self.cleaner_writebacks += 1;
-            self.fast_busy += self.device.fast.busy_ns(self.bs) as u128;
-            self.slow_busy += self.device.slow.busy_ns(self.bs) as u128;
+        let oblocks: Vec<OriginBlock> = dirty.iter().map(|&(o, _)| o).collect();
+        let max_run = (MAX_WRITEBACK_RUN_BYTES / self.bs).max(1) as usize;
+        let mut spent = 0u128;
+        let mut i = 0;
+        for len in writeback_runs(&oblocks, max_run) {
+            let bytes = len as u64 * self.bs;
+            let slow = self.device.slow.busy_ns(bytes) as u128;
+            if i > 0 && spent + slow > budget_ns {
+                break;
+            }
+            spent += slow;
+            self.slow_busy += slow;
+            self.fast_busy += self.device.fast.busy_ns(bytes) as u128;
+            for &o in &oblocks[i..i + len] {
+                self.d.mark_clean(o);
+            }
+            self.cleaner_writebacks += len as u64;
+            i += len;
         }
+        self.sweep.put_back(&dirty[i..]);
     }
 
     /// The results so far; IOPS predicted at `queue_depth`.
