@@ -39,10 +39,9 @@ impl Engine {
             return Ok(0);
         }
         let max_run = (MAX_WRITEBACK_RUN_BYTES / self.block_size).max(1) as usize;
-        let oblocks: Vec<OriginBlock> = dirty.iter().map(|&(o, _)| o).collect();
         let mut cleaned = 0;
         let mut i = 0;
-        for len in writeback_runs(&oblocks, max_run) {
+        for len in writeback_runs(&dirty, max_run) {
             cleaned += self.clean_run(&dirty[i..i + len])?;
             i += len;
         }

@@ -143,9 +143,13 @@ impl RateController {
 /// (the engine's cleaner; the simulator prices its writebacks the same way).
 pub const MAX_WRITEBACK_RUN_BYTES: u64 = 4 << 20;
 
-/// The lengths of the runs `blocks` (in writeback order) are written back
-/// in: neighbours of one volume merge, up to `max_run` blocks a run.
-pub fn writeback_runs(blocks: &[OriginBlock], max_run: usize) -> impl Iterator<Item = usize> + '_ {
+/// The lengths of the runs `blocks` (dirty blocks and their slots, in
+/// writeback order) are written back in: neighbours of one volume merge,
+/// up to `max_run` blocks a run.
+pub fn writeback_runs(
+    blocks: &[(OriginBlock, CacheBlock)],
+    max_run: usize,
+) -> impl Iterator<Item = usize> + '_ {
     let max_run = max_run.max(1);
     let mut i = 0;
     std::iter::from_fn(move || {
@@ -155,8 +159,8 @@ pub fn writeback_runs(blocks: &[OriginBlock], max_run: usize) -> impl Iterator<I
         let mut j = i + 1;
         while j < blocks.len()
             && j - i < max_run
-            && blocks[j].0 == blocks[j - 1].0 + 1
-            && blocks[j].volume() == blocks[i].volume()
+            && blocks[j].0 .0 == blocks[j - 1].0 .0 + 1
+            && blocks[j].0.volume() == blocks[i].0.volume()
         {
             j += 1;
         }

@@ -10,7 +10,7 @@ use tiercache_policy::director::{ReadPlan, WritePlan};
 use tiercache_policy::writeback::{writeback_runs, RateController, MAX_WRITEBACK_RUN_BYTES};
 use tiercache_policy::writeback_sweep::WritebackSweep;
 use tiercache_policy::{BlockPlan, Director, DirectorConfig, IoRequest, PolicyConfig};
-use tiercache_types::{CacheMode, OriginBlock, Time, VolumeId};
+use tiercache_types::{CacheMode, Time, VolumeId};
 
 // Plan classes, indexes into cost tables.
 pub(super) const HIT: u8 = 0;
@@ -324,11 +324,10 @@ impl ConfigRunner {
     /// always goes); the blocks left stay dirty.
     fn clean_within(&mut self, n: usize, budget_ns: u128) {
         let dirty = self.sweep.next_batch(n, &self.d);
-        let oblocks: Vec<OriginBlock> = dirty.iter().map(|&(o, _)| o).collect();
         let max_run = (MAX_WRITEBACK_RUN_BYTES / self.bs).max(1) as usize;
         let mut spent = 0u128;
         let mut i = 0;
-        for len in writeback_runs(&oblocks, max_run) {
+        for len in writeback_runs(&dirty, max_run) {
             let bytes = len as u64 * self.bs;
             let slow = self.device.slow.busy_ns(bytes) as u128;
             if i > 0 && spent + slow > budget_ns {
@@ -337,7 +336,7 @@ impl ConfigRunner {
             spent += slow;
             self.slow_busy += slow;
             self.fast_busy += self.device.fast.busy_ns(bytes) as u128;
-            for &o in &oblocks[i..i + len] {
+            for &(o, _) in &dirty[i..i + len] {
                 self.d.mark_clean(o);
             }
             self.cleaner_writebacks += len as u64;
