@@ -29,8 +29,8 @@ SUITE=bookworm
 KERNEL="${VMLAB_KERNEL:-6.12}"
 case "$KERNEL" in
   6.12) KERNEL_SUITE=bookworm KERNEL_PATTERN='^linux-image-6\.12\.[0-9.]+\+deb12-amd64-unsigned$' ;;
-  6.17) KERNEL_SUITE=trixie KERNEL_PATTERN='^linux-image-6\.17\.[0-9.]+\+deb13-amd64$' ;;
-  *) echo "vmlab-build: error: VMLAB_KERNEL=$KERNEL: 6.12 or 6.17" >&2; exit 1 ;;
+  6.17 | 6.18) KERNEL_SUITE=trixie KERNEL_PATTERN="^linux-image-${KERNEL//./\\.}\\.[0-9.]+\\+deb13-amd64\$" ;;
+  *) echo "vmlab-build: error: VMLAB_KERNEL=$KERNEL: 6.12, 6.17 or 6.18" >&2; exit 1 ;;
 esac
 # Packages inside the guest. fio/lvm2/bcache-tools/nbd-client/thin-provisioning-tools
 # for the tests and the bcache/lvmcache comparison; libfontconfig1 because the

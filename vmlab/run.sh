@@ -27,8 +27,9 @@
 #   --timeout S  limit for the whole run, all boots (default 900)
 #   --max-boots N  boots allowed (the first + reboots by vmlab_crash; default 3)
 #   --keep-disks keep the disk files created from a SIZE (deleted otherwise)
-#   --kernel SERIES  the guest kernel: 6.12 (default; $VMLAB_KERNEL too) or
-#                6.17 (ublk zero copy), see build-image.sh
+#   --kernel SERIES  the guest kernel: 6.12 (default; $VMLAB_KERNEL too),
+#                6.18 (ublk zero copy) or 6.17 (zero copy with reads copied),
+#                see build-image.sh
 #   --mttcg      one host thread per vCPU (faster, but with qemu 7.2 a guest
 #                kernel patching its own code can oops now and then: an int3
 #                left behind by text_poke_bp); default: all vCPUs on one host

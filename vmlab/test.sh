@@ -14,8 +14,10 @@
 #      volumes over ublk, one device each: isolation, per-volume stats,
 #      kill -9 and takeover, attach and detach, a failing backing device);
 #      and ublk.sh and ublk-restart.sh again with --ublk-zero-copy on the
-#      6.17 kernel (VMLAB_KERNEL=6.17: requests' pages registered for the
-#      server), where every server must serve with zero copy.
+#      6.18 kernel (VMLAB_KERNEL=6.18: requests' pages registered for the
+#      server), where every server must serve with zero copy; and ublk.sh
+#      with --ublk-zero-copy on 6.17, whose block layer can misplace a read
+#      into a registered request, so that every read must be copied.
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features tiercache/ublk").
@@ -39,11 +41,13 @@ if ! image="$($SUDO ./vmlab/build-image.sh | tail -n 1)"; then
   echo "vmlab: FAILED to build the guest image" >&2
   exit 1
 fi
-# The zero-copy test's kernel (the same user space).
-if ! $SUDO env VMLAB_KERNEL=6.17 ./vmlab/build-image.sh >/dev/null; then
-  echo "vmlab: FAILED to build the 6.17 guest image" >&2
-  exit 1
-fi
+# The zero-copy tests' kernels (the same user space).
+for kernel in 6.18 6.17; do
+  if ! $SUDO env VMLAB_KERNEL=$kernel ./vmlab/build-image.sh >/dev/null; then
+    echo "vmlab: FAILED to build the $kernel guest image" >&2
+    exit 1
+  fi
+done
 t_image=$(($(date +%s) - t0))
 
 t0=$(date +%s)
@@ -71,16 +75,18 @@ disks=(--disk hdd=1G,iops=300 --disk ssd=256M)
 pool_disks=(--disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M --disk ssd=48M)
 # In an order that ends the two lanes together: ublk (about 250 s) then nbd
 # (180) in one, ublk-restart (160), nbd-restart (130) and ublk-pool (140)
-# in the other (2026-11-28); then the two zero-copy runs on 6.17 (about 120
-# and 80 s), one in each. "NAME run.sh-arguments...".
+# in the other (2026-11-28); then the two zero-copy runs on 6.18 (about 120
+# and 80 s), one in each, and ublk.sh on 6.17 (120 s). "NAME
+# run.sh-arguments...".
 tests=(
   "ublk-restart --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
   "ublk --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
   "nbd-restart --timeout 900 ${disks[*]} vmlab/guest/nbd-restart.sh"
   "nbd --timeout 900 ${disks[*]} vmlab/guest/nbd.sh"
   "ublk-pool --timeout 900 ${pool_disks[*]} vmlab/guest/ublk-pool.sh"
-  "ublk-zero-copy --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
-  "ublk-restart-zero-copy --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
+  "ublk-zero-copy --kernel 6.18 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
+  "ublk-restart-zero-copy --kernel 6.18 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
+  "ublk-zero-copy-6.17 --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
 )
 
 # run_guest_test NAME ARGS...: one guest run; leaves "<status> <seconds>" in

@@ -8,7 +8,7 @@
 FRONTEND=ublk-restart
 # shellcheck disable=SC2034
 SERVE_FRONT=(--ublk --ublk-queues 2)
-# UBLK_ZERO_COPY=1: with --ublk-zero-copy (Linux >= 6.16, VMLAB_KERNEL=6.17):
+# UBLK_ZERO_COPY=1: with --ublk-zero-copy (Linux >= 6.16, VMLAB_KERNEL=6.18):
 # the device is made zero-copy and every server that takes it over must
 # serve it so.
 [ "${UBLK_ZERO_COPY:-0}" = 1 ] && SERVE_FRONT+=(--ublk-zero-copy)

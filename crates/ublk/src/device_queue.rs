@@ -40,6 +40,9 @@ pub(crate) struct DeviceQueue {
     /// index `base + t` of the thread's buffer table. None: the kernel
     /// copies each request's data through the tag's buffer.
     zero_copy_base: Option<u16>,
+    /// With zero copy, file reads may land in the requests' pages
+    /// ([`zero_copy::reads_into_requests_are_safe`]).
+    reads_into_requests: bool,
 }
 
 impl DeviceQueue {
@@ -82,6 +85,8 @@ impl DeviceQueue {
             iods: p.cast(),
             map_len,
             zero_copy_base,
+            reads_into_requests: zero_copy_base.is_some()
+                && zero_copy::reads_into_requests_are_safe(&zero_copy::kernel_release()),
         })
     }
 
@@ -189,9 +194,10 @@ impl DeviceQueue {
     }
 
     /// With zero copy, tag `tag`'s request's index in the thread's buffer
-    /// table, if the kernel registered it there (see `op_flags`).
+    /// table, if the kernel registered it there (see `op_flags`) and reads
+    /// may land there on this kernel.
     pub(crate) fn request_index(&self, tag: u16, op_flags: u32) -> Option<u16> {
-        let base = self.zero_copy_base?;
+        let base = self.zero_copy_base.filter(|_| self.reads_into_requests)?;
         (op_flags & zero_copy::NEED_REG_BUF == 0).then_some(base + tag)
     }
 

@@ -377,7 +377,19 @@ impl UblkServer {
             Ok(_) => {
                 tiercache_frontend::prefer_no_scheduler(&format!("ublkb{dev_id}"));
                 if crate::zero_copy::is_zero_copy(server.ctrl.dev_info().flags) {
-                    log::info!("ublk{dev_id}: zero copy: reads land in the requests' own pages");
+                    let release = crate::zero_copy::kernel_release();
+                    if crate::zero_copy::reads_into_requests_are_safe(&release) {
+                        log::info!(
+                            "ublk{dev_id}: zero copy: reads land in the requests' own pages"
+                        );
+                    } else {
+                        log::warn!(
+                            "ublk{dev_id}: zero copy: Linux {release} can misplace a read into a \
+                             request's pages (its block layer miscounts their segments); every \
+                             read is copied into its request instead (Linux 6.18 and later are \
+                             not affected)"
+                        );
+                    }
                 }
                 Ok(server)
             }

@@ -18,6 +18,10 @@
 //! read from its flags); its tags' indices in the table are left empty
 //! for the kernel; a request the kernel could not register arrives with
 //! [`NEED_REG_BUF`] and is served through the tag's buffer alone.
+//!
+//! On Linux 6.17 a read into a registered request is never issued
+//! ([`reads_into_requests_are_safe`]): there every read is served through
+//! the tag's buffer and put into the request by user copy.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -58,6 +62,29 @@ pub(crate) fn is_zero_copy(dev_flags: u64) -> bool {
 /// fallback.
 pub(crate) fn auto_buf_reg_addr(index: u16) -> u64 {
     u64::from(index) | AUTO_BUF_REG_FALLBACK << 16
+}
+
+/// True if a file read may land in a registered request's pages on the
+/// kernel `release` (`uname -r`). Not on 6.17: its block layer's new
+/// scatterlist mapping (`__blk_rq_map_sg`) can count fewer segments for
+/// such a read than it then maps (its `WARN_ON(nsegs >
+/// blk_rq_nr_phys_segments)`), and the read's data lands in the wrong
+/// place. In the VM lab, fio's mixed-size verify through a zero-copy
+/// device read back other offsets' data, and the guest later oopsed in
+/// `ublk_copy_user_pages`; the same job passes on 6.12 (copying) and on
+/// 6.18 (zero copy). An unparsable release is trusted.
+pub(crate) fn reads_into_requests_are_safe(release: &str) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse::<u32>().ok());
+    let minor = parts.next().and_then(|p| p.parse::<u32>().ok());
+    !matches!((major, minor), (Some(6), Some(17)))
+}
+
+/// The running kernel's release (`uname -r`), or "" if unknown.
+pub(crate) fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Where request (`qid`, `tag`)'s data starts for user copy.
@@ -122,6 +149,24 @@ fn whole(len: usize, short: &str, mut step: impl FnMut(usize) -> isize) -> io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_into_requests_are_refused_on_6_17_alone() {
+        for release in ["6.17.13+deb13-amd64", "6.17.0", "6.17-rc3"] {
+            assert!(!reads_into_requests_are_safe(release), "{release}");
+        }
+        for release in [
+            "6.16.1",
+            "6.18.15+deb13-amd64",
+            "6.1.7",
+            "6.170.1",
+            "7.0",
+            "",
+            "x",
+        ] {
+            assert!(reads_into_requests_are_safe(release), "{release}");
+        }
+    }
 
     #[test]
     fn user_copy_offsets_follow_the_driver_layout() {
