@@ -157,12 +157,13 @@ for spec in "${tests[@]}"; do
   esac
 done
 
-echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
-printf '%s\n' "${summary[@]}"
 for t in ublk-restart nbd-restart; do
   if [ -f "$out/$t/results/$t/rounds.txt" ]; then
     echo "vmlab: $t rounds:"
     sed 's/^/  /' "$out/$t/results/$t/rounds.txt"
   fi
 done
+# The verdicts last, where the end of a CI log shows them.
+echo "vmlab: image $(basename "$image") ready in ${t_image}s, tiercache built in ${t_build}s"
+printf '%s\n' "${summary[@]}"
 exit "$failed"

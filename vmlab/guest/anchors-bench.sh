@@ -16,7 +16,7 @@
 #   tiercache-cutoff0-empty (NBD)
 #   tiercache-ublk-zc-cutoff0-empty, tiercache-ublk-zc-cutoff0-junk: the
 #                      same with --ublk-zero-copy (Linux >= 6.16,
-#                      VMLAB_KERNEL=6.17)
+#                      VMLAB_KERNEL=6.18)
 #                      the same with serve --sequential-cutoff 0, as
 #                      bcache-cutoff0: the files' layout (sequential writes)
 #                      is then cached too (not in the default list)

@@ -15,7 +15,7 @@
 #   tiercache-q2  the defaults with two ublk queues per device (not run
 #              unless named in BENCH_CONFIGS);
 #   tiercache-zc  the defaults with --ublk-zero-copy (reads into the
-#              requests' own pages; Linux >= 6.16, VMLAB_KERNEL=6.17; not
+#              requests' own pages; Linux >= 6.16, VMLAB_KERNEL=6.18; not
 #              run unless named in BENCH_CONFIGS);
 #   NAME-before   any tiercache set-up above served by the binary
 #              `tiercache-before` (a build before a change, copied into the

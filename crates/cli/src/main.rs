@@ -306,7 +306,9 @@ struct ServeArgs {
     ublk_no_recovery: bool,
     /// Read hits and bypassed reads straight into the requests' pages
     /// where the kernel can register them (Linux >= 6.16), instead of
-    /// copying through a buffer of the server's; ignored on older kernels.
+    /// copying through a buffer of the server's; ignored on older kernels,
+    /// and on 6.17 reads are still copied (its block layer can misplace
+    /// them).
     #[arg(long)]
     ublk_zero_copy: bool,
     /// Also serve an export as the kernel NBD device `/dev/nbdN`, which
