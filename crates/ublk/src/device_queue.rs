@@ -85,8 +85,7 @@ impl DeviceQueue {
             iods: p.cast(),
             map_len,
             zero_copy_base,
-            reads_into_requests: zero_copy_base.is_some()
-                && zero_copy::reads_into_requests_are_safe(&zero_copy::kernel_release()),
+            reads_into_requests: zero_copy_base.is_some() && zero_copy::running_kernel().1,
         })
     }
 

@@ -377,8 +377,8 @@ impl UblkServer {
             Ok(_) => {
                 tiercache_frontend::prefer_no_scheduler(&format!("ublkb{dev_id}"));
                 if crate::zero_copy::is_zero_copy(server.ctrl.dev_info().flags) {
-                    let release = crate::zero_copy::kernel_release();
-                    if crate::zero_copy::reads_into_requests_are_safe(&release) {
+                    let (release, safe) = crate::zero_copy::running_kernel();
+                    if *safe {
                         log::info!(
                             "ublk{dev_id}: zero copy: reads land in the requests' own pages"
                         );

@@ -80,11 +80,18 @@ pub(crate) fn reads_into_requests_are_safe(release: &str) -> bool {
     !matches!((major, minor), (Some(6), Some(17)))
 }
 
-/// The running kernel's release (`uname -r`), or "" if unknown.
-pub(crate) fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+/// The running kernel's release (`uname -r`, or "" if unknown) and
+/// whether reads may land in registered requests on it
+/// ([`reads_into_requests_are_safe`]); read once per process.
+pub(crate) fn running_kernel() -> &'static (String, bool) {
+    static KERNEL: std::sync::OnceLock<(String, bool)> = std::sync::OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        let safe = reads_into_requests_are_safe(&release);
+        (release, safe)
+    })
 }
 
 /// Where request (`qid`, `tag`)'s data starts for user copy.
