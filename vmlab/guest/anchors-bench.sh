@@ -90,6 +90,10 @@ SSD=$(disk ssd)
 FAST=$(disk fast)
 CACHE_BYTES=$(blockdev --getsize64 "$SSD")
 OUT="$VMLAB_RESULTS/anchors"
+# perf writes its data on tmpfs, not on the results share: Linux 6.18's
+# 9p (netfs) fails perf's writes there ("Couldn't get user pages").
+PERF_DATA=/run/vmlab-perf.data
+HDDTRACE_DATA=/run/vmlab-hddtrace.data
 mkdir -p "$OUT" /mnt/bench
 modprobe -a nbd bcache dm-cache dm-cache-smq
 HAVE_UBLK=0
@@ -424,11 +428,11 @@ run_config() {
     # From before the first diskstats to after the second, so the trace
     # holds every request they count (perf takes a few seconds to start
     # under TCG: wait for its data file's header, then some more).
-    rm -f "$OUT/hddtrace-$RUN.data"
-    perf record -q -a -g -e block:block_bio_queue -o "$OUT/hddtrace-$RUN.data" >/dev/null 2>&1 &
+    rm -f "$HDDTRACE_DATA"
+    perf record -q -a -g -e block:block_bio_queue -o "$HDDTRACE_DATA" >/dev/null 2>&1 &
     trace_pid=$!
     local waited=0
-    while [ ! -s "$OUT/hddtrace-$RUN.data" ] && [ $waited -lt 50 ]; do sleep 0.2; waited=$((waited + 1)); done
+    while [ ! -s "$HDDTRACE_DATA" ] && [ $waited -lt 50 ]; do sleep 0.2; waited=$((waited + 1)); done
     sleep 3
   fi
   disks_before=$(diskstats $disks)
@@ -452,7 +456,7 @@ run_config() {
     moves_pid=$!
   fi
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
-    perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$RUN.data" -- sleep $((RUNTIME - 3)) \
+    perf record -q -a -g -e cpu-clock -F 999 -o "$PERF_DATA" -- sleep $((RUNTIME - 3)) \
       >/dev/null 2>&1 &
     perf_pid=$!
   fi
@@ -491,29 +495,29 @@ run_config() {
   if [ -n "$trace_pid" ]; then
     kill -INT "$trace_pid" 2>/dev/null
     wait "$trace_pid" || true
-    hdd_trace_report "$OUT/hddtrace-$RUN.data" "$(lsblk -dno MAJ:MIN "$HDD" | tr -d ' ' | tr : ,)" >"$OUT/hddtrace-$RUN.txt"
-    rm -f "$OUT/hddtrace-$RUN.data"
+    hdd_trace_report "$HDDTRACE_DATA" "$(lsblk -dno MAJ:MIN "$HDD" | tr -d ' ' | tr : ,)" >"$OUT/hddtrace-$RUN.txt"
+    rm -f "$HDDTRACE_DATA"
   fi
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
-    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
+    perf report -i "$PERF_DATA" --no-children --sort comm,dso,sym --stdio 2>/dev/null |
       grep -v '^$' | head -n 400 >"$OUT/perf-$RUN.txt" || true
-    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm --stdio -g none 2>/dev/null |
+    perf report -i "$PERF_DATA" --no-children --sort comm --stdio -g none 2>/dev/null |
       grep '%' | head -n 30 >"$OUT/perf-$RUN-comm.txt" || true
-    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
+    perf report -i "$PERF_DATA" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
       grep '%' | head -n 300 >"$OUT/perf-$RUN-flat.txt" || true
     if [ "$kind" = tiercache ]; then
       # The server's threads by symbol: the queue threads, the workers
       # (ublk-io-N, nbd workers) and the cleaner, each group summed.
       # (NBD: the connections' readers nbd-conn-N and workers nbd-worker-N.)
-      perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
+      perf report -i "$PERF_DATA" --no-children --sort sym --stdio -g none \
         --comms "$(seq -s, -f 'ublk-io-%g' 0 63),$(seq -s, -f 'nbd-worker-%g' 0 63)" 2>/dev/null |
         grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
-      perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
+      perf report -i "$PERF_DATA" --no-children --sort sym --stdio -g none \
         --comms "$(seq -s, -f 'ublk-q%g' 0 31),$(seq -s, -f 'nbd-conn-%g' 0 63)" 2>/dev/null |
         grep '%' | head -n 120 >"$OUT/perf-$RUN-queues.txt" || true
     fi
-    rm -f "$OUT/perf-$RUN.data"
+    rm -f "$PERF_DATA"
   fi
   after=$("${kind}_counters")
   local cpu_after tc_after=0

@@ -17,6 +17,8 @@
 #   tiercache-zc  the defaults with --ublk-zero-copy (reads into the
 #              requests' own pages; Linux >= 6.16, VMLAB_KERNEL=6.18; not
 #              run unless named in BENCH_CONFIGS);
+#   tiercache-pin, tiercache-zc-pin  the same, the server pinned to the
+#              last CPU (taskset; fio runs anywhere; not run unless named);
 #   NAME-before   any tiercache set-up above served by the binary
 #              `tiercache-before` (a build before a change, copied into the
 #              guest with ANCHORS_BIN=/path/to/tiercache-before on the
@@ -65,6 +67,9 @@ done
 [ "${#HDDS[@]}" -ge 4 ] || fail "the pool bench wants at least 4 HDDs (--disk h1=... to h4=...)"
 NVOL=${#HDDS[@]}
 OUT="$VMLAB_RESULTS/pool-bench"
+# perf writes its data on tmpfs, not on the results share: Linux 6.18's
+# 9p (netfs) fails perf's writes there ("Couldn't get user pages").
+PERF_DATA=/run/vmlab-perf.data
 mkdir -p "$OUT" /run/tiercache
 modprobe bcache
 tiercache serve --help | grep -q -- '--ublk' || fail "this tiercache binary has no ublk front end"
@@ -127,12 +132,13 @@ bcache_teardown() {
 # --- tiercache: one pool over ublk ---------------------------------------------
 TC_CONTROL=/run/tiercache/pool-bench.ctl
 TC_BIN=tiercache # the server's binary (run_config: tiercache-before for NAME-before)
+TC_PIN=()        # a command the server runs under (run_config: taskset for NAME-pin)
 # tiercache_setup [serve options...]
 tiercache_setup() {
   wipe "$SSD" "${HDDS[@]}"
   local volumes=() i
   for i in "${!HDDS[@]}"; do volumes+=(--volume "v$((i + 1))=${HDDS[$i]}"); done
-  "$TC_BIN" serve --cache "$SSD" "${volumes[@]}" --create --control "$TC_CONTROL" --ublk "$@" \
+  "${TC_PIN[@]}" "$TC_BIN" serve --cache "$SSD" "${volumes[@]}" --create --control "$TC_CONTROL" --ublk "$@" \
     >>"$OUT/tiercache.log" 2>&1 &
   TC_PID=$!
   wait_for_path "$TC_CONTROL" 120
@@ -187,7 +193,7 @@ cpu_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/st
 # run_config NAME ROUND: one row.
 run_config() {
   local name=$1 round=$2 kind=$1 options=() base=${1%-before}
-  TC_BIN=tiercache
+  TC_BIN=tiercache TC_PIN=()
   if [ "$base" != "$name" ]; then
     command -v tiercache-before >/dev/null || fail "$name needs tiercache-before in the guest (ANCHORS_BIN)"
     TC_BIN=tiercache-before kind=$base
@@ -198,6 +204,8 @@ run_config() {
     tiercache-64k) kind=tiercache options=(--block-size 64k) ;;
     tiercache-q2) kind=tiercache options=(--ublk-queues 2) ;;
     tiercache-zc) kind=tiercache options=(--ublk-zero-copy) ;;
+    tiercache-pin) kind=tiercache TC_PIN=(taskset -c "$(($(nproc) - 1))") ;;
+    tiercache-zc-pin) kind=tiercache options=(--ublk-zero-copy) TC_PIN=(taskset -c "$(($(nproc) - 1))") ;;
     *) fail "unknown set-up $name" ;;
   esac
   RUN=$name-$round
@@ -214,7 +222,7 @@ run_config() {
   job_file "$RUNTIME" >"$OUT/measure.fio"
   local perf_pid=""
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
-    perf record -q -a -g -e cpu-clock -F 999 -o "$OUT/perf-$RUN.data" -- sleep $((RUNTIME - 3)) \
+    perf record -q -a -g -e cpu-clock -F 999 -o "$PERF_DATA" -- sleep $((RUNTIME - 3)) \
       >/dev/null 2>&1 &
     perf_pid=$!
   fi
@@ -224,14 +232,14 @@ run_config() {
   server_after=$("${kind}_cpu")
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
-    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm --stdio -g none 2>/dev/null |
+    perf report -i "$PERF_DATA" --no-children --sort comm --stdio -g none 2>/dev/null |
       grep '%' | head -n 40 >"$OUT/perf-$RUN-comm.txt" || true
-    perf report -i "$OUT/perf-$RUN.data" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
+    perf report -i "$PERF_DATA" --no-children --sort comm,dso,sym --stdio -g none 2>/dev/null |
       grep '%' | head -n 300 >"$OUT/perf-$RUN-flat.txt" || true
-    perf report -i "$OUT/perf-$RUN.data" --no-children --sort sym --stdio -g none \
+    perf report -i "$PERF_DATA" --no-children --sort sym --stdio -g none \
       --comms "$(seq -s, -f 'ublk-io-%g' 0 127)" 2>/dev/null |
       grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
-    rm -f "$OUT/perf-$RUN.data"
+    rm -f "$PERF_DATA"
   fi
   sleep 2 # bcache folds its counters into stats_total about once a second
   after=$("${kind}_counters")

@@ -475,6 +475,9 @@ mod tests {
                     prop_assert_eq!(t.lookup(OriginBlock(*k)), Some(*c));
                     prop_assert_eq!(t.oblock_of(*c), Some(OriginBlock(*k)));
                 }
+                for k in (0u64..64).filter(|k| !model.contains_key(k)) {
+                    prop_assert_eq!(t.lookup(OriginBlock(k)), None);
+                }
                 prop_assert_eq!(t.list_len(0) + t.list_len(1), t.len());
             }
         }
