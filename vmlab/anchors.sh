@@ -15,6 +15,9 @@
 # (see vmlab/guest/anchors-bench.sh; BENCH_ROUNDS=3 with a few
 # BENCH_CONFIGS for the decisive runs: medians of interleaved rounds).
 # ANCHORS_TIMEOUT: seconds the guest may run (default 3600).
+# ANCHORS_HDD: the emulated HDDs' qemu throttling (run.sh --disk options;
+# default iops=300; e.g. iops=300,bps=209715200 also caps their bandwidth
+# at 200 MiB/s, as a disk's media rate does, however large the requests).
 #
 # vmlab/anchors.sh --pool (`make anchors-pool`): the pool bench instead
 # (vmlab/guest/pool-bench.sh): 4 volumes on HDDs throttled to 300 IOPS
@@ -50,18 +53,17 @@ if [ -n "${ANCHORS_BIN:-}" ]; then
   [ ${#bins[@]} -eq 0 ] && bins=(--bin "$VMLAB_TIERCACHE")
   for b in $ANCHORS_BIN; do bins+=(--bin "$b"); done
 fi
+hdd="${ANCHORS_HDD:-iops=300}"
 if [ "$pool" = 1 ]; then
   out="${ANCHORS_OUT:-$target/vmlab/anchors-pool}"
-  # shellcheck disable=SC2054 # (commas inside one --disk argument)
-  ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
-    --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M "${envs[@]}" "${bins[@]}" vmlab/guest/pool-bench.sh
+  ./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk "h1=1G,$hdd" --disk "h2=1G,$hdd" \
+    --disk "h3=1G,$hdd" --disk "h4=1G,$hdd" --disk ssd=256M "${envs[@]}" "${bins[@]}" vmlab/guest/pool-bench.sh
   echo
   cat "$out/results/pool-bench.md"
   exit 0
 fi
 out="${ANCHORS_OUT:-$target/vmlab/anchors}"
-# shellcheck disable=SC2054 # (commas inside one --disk argument)
-./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk hdd=3G,iops=300 --disk ssd=256M --disk fast=3G \
+./vmlab/run.sh --out "$out" --timeout "${ANCHORS_TIMEOUT:-3600}" --disk "hdd=3G,$hdd" --disk ssd=256M --disk fast=3G \
   "${envs[@]}" "${bins[@]}" vmlab/guest/anchors-bench.sh
 "$VMLAB_TIERCACHE" plot-fio "$out/results/anchors" --out "$out/results/plots"
 echo

@@ -580,7 +580,7 @@ ms() { [ "$1" = - ] && echo - || awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 
 # pct X: X%.
 pct() { [ "$1" = - ] && echo - || echo "$1%"; }
 {
-  echo "Anchors in the VM lab (qemu TCG; $(nproc) vCPUs; $(grep -qw sse4_2 /proc/cpuinfo && echo "with" || echo "without") SSE4.2; cache $((CACHE_BYTES >> 20)) MiB; data per job: fits $(job_size fits), nofit $(job_size nofit); ${RUNTIME}s per run; kernel $(uname -r))$([ "$ROUNDS" -gt 1 ] && echo "; medians of $ROUNDS interleaved rounds")"
+  echo "Anchors in the VM lab (qemu TCG; $(nproc) vCPUs; $(cpu_features); cache $((CACHE_BYTES >> 20)) MiB; data per job: fits $(job_size fits), nofit $(job_size nofit); ${RUNTIME}s per run; kernel $(uname -r))$([ "$ROUNDS" -gt 1 ] && echo "; medians of $ROUNDS interleaved rounds")"
   echo
   if [ "$ROUNDS" -gt 1 ]; then
     echo "| configuration | data | IOPS | p50 | p99 | hit ratio | guest CPU busy | server CPU per IO | rounds (IOPS / p99 ms) |"

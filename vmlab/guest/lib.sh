@@ -78,3 +78,15 @@ median() {
   { grep -v '^-$' || true; } | sort -g |
     awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# cpu_features: which of the CPU features the lab leaves out (vmlab/run.sh,
+# VMLAB_CPU) this guest has, e.g. "without SSE4.2, without ERMS", for the
+# benchmarks' headers.
+cpu_features() {
+  local f out=()
+  for f in sse4_2:SSE4.2 erms:ERMS; do
+    if grep -qw "${f%%:*}" /proc/cpuinfo; then out+=("with ${f#*:}"); else out+=("without ${f#*:}"); fi
+  done
+  local IFS=,
+  echo "${out[*]}" | sed 's/,/, /g'
+}

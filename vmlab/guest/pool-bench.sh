@@ -285,7 +285,7 @@ done
 # col COLUMN NAME: the median of a column of rows.txt for NAME.
 col() { awk -v n="$2" -v c="$1" '$1 == n { print $c }' "$OUT/rows.txt" | median; }
 {
-  echo "Pool bench in the VM lab (qemu TCG; $(nproc) vCPUs; $(grep -qw sse4_2 /proc/cpuinfo && echo "with" || echo "without") SSE4.2; kernel $(uname -r)): $((NVOL - 1)) hot Zipf volumes + 1 sequential scanner, $NVOL HDDs of $(($(blockdev --getsize64 "${HDDS[0]}") >> 20)) MiB, one cache of $(($(blockdev --getsize64 "$SSD") >> 20)) MiB; medians of $ROUNDS interleaved rounds (${WARMUP}s warm-up, ${RUNTIME}s measured)"
+  echo "Pool bench in the VM lab (qemu TCG; $(nproc) vCPUs; $(cpu_features); kernel $(uname -r)): $((NVOL - 1)) hot Zipf volumes + 1 sequential scanner, $NVOL HDDs of $(($(blockdev --getsize64 "${HDDS[0]}") >> 20)) MiB, one cache of $(($(blockdev --getsize64 "$SSD") >> 20)) MiB; medians of $ROUNDS interleaved rounds (${WARMUP}s warm-up, ${RUNTIME}s measured)"
   echo
   echo "| set-up | hot volumes' total IOPS | hot volumes' p99 | scanner MiB/s | hot volumes' read hit ratio | guest CPU busy | server CPU per IO | rounds (IOPS / p99 ms) |"
   echo "|---|---:|---:|---:|---:|---:|---:|---|"
