@@ -90,3 +90,23 @@ cpu_features() {
   local IFS=,
   echo "${out[*]}" | sed 's/,/, /g'
 }
+
+# thread_schedstats PID: "comm tid cpu_ns runqueue_wait_ns timeslices" per
+# thread of PID (/proc/PID/task/TID/schedstat: time on a CPU, time
+# runnable but waiting for one, times scheduled in).
+thread_schedstats() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "$(tr -d ' ' <"$t/comm") ${t##*/} $(cat "$t/schedstat" 2>/dev/null)"
+  done
+}
+# schedstats_report BEFORE AFTER IOS: per thread busy in the run, its CPU
+# time and its wait for a CPU while runnable, each per IO, and how often it
+# was scheduled in per IO (wake-ups, about); the five busiest threads.
+schedstats_report() {
+  awk -v ios="$3" 'NR == FNR { c[$2] = $3; w[$2] = $4; n[$2] = $5; next }
+    { cpu = $3 - c[$2]; wait = $4 - w[$2]; slices = $5 - n[$2]
+      if (ios > 0 && cpu > 0) printf "%-18s cpu %7.1f us/IO  waiting for a CPU %7.1f us/IO  scheduled in %5.2f /IO\n",
+        $1, cpu / 1000 / ios, wait / 1000 / ios, slices / ios }' <(echo "$1") <(echo "$2") |
+    sort -k3 -g -r | head -n 5
+}

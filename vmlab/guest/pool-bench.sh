@@ -220,6 +220,8 @@ run_config() {
   local server_before server_after
   server_before=$("${kind}_cpu")
   job_file "$RUNTIME" >"$OUT/measure.fio"
+  local threads_before=""
+  [ "$kind" = tiercache ] && threads_before=$(thread_schedstats "$TC_PID")
   local perf_pid=""
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
     perf record -q -a -g -e cpu-clock -F 999 -o "$PERF_DATA" -- sleep $((RUNTIME - 3)) \
@@ -240,6 +242,14 @@ run_config() {
       --comms "$(seq -s, -f 'ublk-io-%g' 0 127)" 2>/dev/null |
       grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
     rm -f "$PERF_DATA"
+  fi
+  if [ -n "$threads_before" ]; then
+    # The server's busiest threads per fio IO (hot and scan): CPU, wait
+    # for a CPU while runnable, times scheduled in.
+    schedstats_report "$threads_before" "$(thread_schedstats "$TC_PID")" \
+      "$(awk -F';' '$1 == "3" {n += $8} END {print n * '"$RUNTIME"'}' "$OUT/fio-$RUN.out")" \
+      >"$OUT/threads-$RUN.txt"
+    cat "$OUT/threads-$RUN.txt"
   fi
   sleep 2 # bcache folds its counters into stats_total about once a second
   after=$("${kind}_counters")
