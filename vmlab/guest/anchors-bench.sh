@@ -257,30 +257,7 @@ per_round() {
   echo "${items[$(((ROUND - 1) % ${#items[@]}))]}"
 }
 
-# --- where the time goes: the block layer's own counters ---------------------
-# blockdev_name DEV: the name under /sys/class/block of a device node.
-blockdev_name() { basename "$(readlink -f "$1")"; }
-# diskstats DEV...: "name reads read_ms in_queue_ms writes write_ms
-# flushes" per device (/sys/class/block/NAME/stat fields 1, 4, 11, 5, 8
-# and 16).
-diskstats() {
-  local d
-  for d in "$@"; do
-    echo "$d $(awk '{print $1, $4, $11, $5, $8, (NF >= 16) ? $16 : 0}' "/sys/class/block/$d/stat")"
-  done
-}
-# diskstats_report BEFORE AFTER SECONDS: per device, the reads and writes
-# in the run, their mean latency as the block layer sees it (from
-# submission to completion, queueing included) and the mean number of IOs
-# in flight.
-diskstats_report() {
-  awk -v secs="$3" 'NR == FNR { r[$1] = $2; t[$1] = $3; q[$1] = $4; w[$1] = $5; wt[$1] = $6; f[$1] = $7; next }
-    { reads = $2 - r[$1]; ms = $3 - t[$1]; inq = $4 - q[$1]; writes = $5 - w[$1]; wms = $6 - wt[$1]; flushes = $7 - f[$1]
-      printf "%-10s reads %8d  mean read latency %7.3f ms  writes %7d  mean write latency %7.3f ms  flushes %6d  mean in flight %6.2f\n",
-        $1, reads, (reads > 0) ? ms / reads : 0, writes, (writes > 0) ? wms / writes : 0, flushes, inq / (1000 * secs) }' \
-    <(echo "$1") <(echo "$2")
-}
-
+# --- a quiet HDD before each run (the counters: diskstats in lib.sh) ---------
 # settle_hdd: waits (up to 30 s) until the HDD has taken no write for a
 # second. After the files' layout tiercache writes its dirty blocks back
 # while the devices are idle (about 3 s here), where bcache keeps up to

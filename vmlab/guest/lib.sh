@@ -110,3 +110,27 @@ schedstats_report() {
         $1, cpu / 1000 / ios, wait / 1000 / ios, slices / ios }' <(echo "$1") <(echo "$2") |
     sort -k3 -g -r | head -n 5
 }
+
+# The block layer's own counters.
+# blockdev_name DEV: the name under /sys/class/block of a device node.
+blockdev_name() { basename "$(readlink -f "$1")"; }
+# diskstats DEV...: "name reads read_ms in_queue_ms writes write_ms
+# flushes sectors_read" per device (/sys/class/block/NAME/stat fields 1,
+# 4, 11, 5, 8, 16 and 3).
+diskstats() {
+  local d
+  for d in "$@"; do
+    echo "$d $(awk '{print $1, $4, $11, $5, $8, (NF >= 16) ? $16 : 0, $3}' "/sys/class/block/$d/stat")"
+  done
+}
+# diskstats_report BEFORE AFTER SECONDS: per device, the reads and writes
+# in the run, the reads' mean size, their mean latency as the block layer sees it (from
+# submission to completion, queueing included) and the mean number of IOs
+# in flight.
+diskstats_report() {
+  awk -v secs="$3" 'NR == FNR { r[$1] = $2; t[$1] = $3; q[$1] = $4; w[$1] = $5; wt[$1] = $6; f[$1] = $7; s[$1] = $8; next }
+    { reads = $2 - r[$1]; ms = $3 - t[$1]; inq = $4 - q[$1]; writes = $5 - w[$1]; wms = $6 - wt[$1]; flushes = $7 - f[$1]; kib = ($8 - s[$1]) / 2
+      printf "%-10s reads %8d  mean read %7.1f KiB  mean read latency %7.3f ms  writes %7d  mean write latency %7.3f ms  flushes %6d  mean in flight %6.2f\n",
+        $1, reads, (reads > 0) ? kib / reads : 0, (reads > 0) ? ms / reads : 0, writes, (writes > 0) ? wms / writes : 0, flushes, inq / (1000 * secs) }' \
+    <(echo "$1") <(echo "$2")
+}

@@ -220,8 +220,11 @@ run_config() {
   local server_before server_after
   server_before=$("${kind}_cpu")
   job_file "$RUNTIME" >"$OUT/measure.fio"
-  local threads_before=""
+  local threads_before="" disks disks_before
   [ "$kind" = tiercache ] && threads_before=$(thread_schedstats "$TC_PID")
+  disks=$(for d in "${HDDS[@]}" "$SSD"; do blockdev_name "$d"; done)
+  # shellcheck disable=SC2086 # (one device name per word)
+  disks_before=$(diskstats $disks)
   local perf_pid=""
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
     perf record -q -a -g -e cpu-clock -F 999 -o "$PERF_DATA" -- sleep $((RUNTIME - 3)) \
@@ -243,6 +246,9 @@ run_config() {
       grep '%' | head -n 120 >"$OUT/perf-$RUN-workers.txt" || true
     rm -f "$PERF_DATA"
   fi
+  # shellcheck disable=SC2086
+  diskstats_report "$disks_before" "$(diskstats $disks)" "$RUNTIME" >"$OUT/diskstats-$RUN.txt"
+  cat "$OUT/diskstats-$RUN.txt"
   if [ -n "$threads_before" ]; then
     # The server's busiest threads per fio IO (hot and scan): CPU, wait
     # for a CPU while runnable, times scheduled in.
