@@ -35,7 +35,10 @@
 # completion latency (all hot jobs' IOs together), the scanner's MiB/s,
 # the hot volumes' read hit ratio over the measured run (bcache: their
 # backing devices' hits and misses; tiercache: their block hits and
-# misses) and how busy the guest's CPUs were.
+# misses) and how busy the guest's CPUs were. Per run, in $OUT:
+# diskstats-RUN.txt (each disk's reads, their mean size and latency,
+# writes, flushes) and for tiercache threads-RUN.txt (its busiest
+# threads' CPU, wait for a CPU and wake-ups per IO).
 #
 #   vmlab/run.sh --timeout 3600 --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
 #       --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M \
