@@ -135,7 +135,8 @@ bcache_teardown() {
 # --- tiercache: one pool over ublk ---------------------------------------------
 TC_CONTROL=/run/tiercache/pool-bench.ctl
 TC_BIN=tiercache # the server's binary (run_config: tiercache-before for NAME-before)
-TC_PIN=()        # a command the server runs under (run_config: taskset for NAME-pin)
+TC_PIN=()        # a command the server runs under (run_config: LAST_CPU for NAME-pin)
+LAST_CPU=(taskset -c "$(($(nproc) - 1))")
 # tiercache_setup [serve options...]
 tiercache_setup() {
   wipe "$SSD" "${HDDS[@]}"
@@ -207,8 +208,8 @@ run_config() {
     tiercache-64k) kind=tiercache options=(--block-size 64k) ;;
     tiercache-q2) kind=tiercache options=(--ublk-queues 2) ;;
     tiercache-zc) kind=tiercache options=(--ublk-zero-copy) ;;
-    tiercache-pin) kind=tiercache TC_PIN=(taskset -c "$(($(nproc) - 1))") ;;
-    tiercache-zc-pin) kind=tiercache options=(--ublk-zero-copy) TC_PIN=(taskset -c "$(($(nproc) - 1))") ;;
+    tiercache-pin) kind=tiercache TC_PIN=("${LAST_CPU[@]}") ;;
+    tiercache-zc-pin) kind=tiercache options=(--ublk-zero-copy) TC_PIN=("${LAST_CPU[@]}") ;;
     *) fail "unknown set-up $name" ;;
   esac
   RUN=$name-$round
