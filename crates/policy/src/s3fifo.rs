@@ -161,7 +161,11 @@ impl S3Fifo {
     /// S3-FIFO whose small FIFO takes `ratio` (0..1) of the cache.
     pub fn with_small_ratio(capacity: u32, ratio: f64) -> Self {
         let ghost_size = (capacity as f64 * GHOST_RATIO) as u32;
-        S3Fifo::with_ghost(capacity, ratio, Ghost::Exact(SlotTable::new(ghost_size, 1)))
+        S3Fifo::with_ghost(
+            SlotTable::new(capacity, 3),
+            ratio,
+            Ghost::Exact(SlotTable::new(ghost_size, 1)),
+        )
     }
 
     /// S3-FIFO whose small FIFO takes `ratio` (0..1) of the cache, with the
@@ -171,15 +175,28 @@ impl S3Fifo {
     pub fn compact(capacity: u32, ratio: f64) -> Self {
         let ghost_size = (capacity as f64 * GHOST_RATIO) as u32;
         S3Fifo::with_ghost(
-            capacity,
+            SlotTable::new(capacity, 3),
             ratio,
             Ghost::Compact(CompactGhost::new(ghost_size)),
         )
     }
 
-    fn with_ghost(capacity: u32, ratio: f64, ghost: Ghost) -> Self {
+    /// [`S3Fifo::compact`] with a [`SlotTable::sparse`] index: the same
+    /// decisions, faster lookups, 3.4 bytes more per block. For
+    /// [`crate::Adaptive`]'s mini-caches, whose size is bounded.
+    pub fn compact_sparse(capacity: u32, ratio: f64) -> Self {
+        let ghost_size = (capacity as f64 * GHOST_RATIO) as u32;
+        S3Fifo::with_ghost(
+            SlotTable::sparse(capacity, 3),
+            ratio,
+            Ghost::Compact(CompactGhost::new(ghost_size)),
+        )
+    }
+
+    fn with_ghost(slots: SlotTable, ratio: f64, ghost: Ghost) -> Self {
+        let capacity = slots.capacity();
         let mut p = S3Fifo {
-            slots: SlotTable::new(capacity, 3),
+            slots,
             freq: vec![0; (capacity as usize).div_ceil(32)],
             ghost,
             small_size: 0,
