@@ -447,16 +447,37 @@ fn policies_parse() {
 
 #[test]
 fn requests_at_the_end_of_the_address_space_do_not_overflow() {
-    let spec = SimSpec {
-        cache_sizes: vec![1 << 20],
-        ..SimSpec::default()
+    let run = |block_size: u32, offsets: &[u64]| {
+        let spec = SimSpec {
+            cache_sizes: vec![1 << 20],
+            block_size,
+            ..SimSpec::default()
+        };
+        let reqs: Vec<Request> = offsets
+            .iter()
+            .map(|&o| Request {
+                time: tiercache_types::Time(0),
+                offset: o,
+                len: 1 << 20,
+                access: tiercache_types::Access::Write,
+            })
+            .collect();
+        simulate(&mut IterSource(reqs.into_iter()), "edge", &spec, &|_| {})
     };
-    let reqs = [u64::MAX - 100, u64::MAX - 8192, 0].map(|o| Request {
-        time: tiercache_types::Time(0),
-        offset: o,
-        len: 1 << 20,
-        access: tiercache_types::Access::Write,
-    });
-    let rep = simulate(&mut IterSource(reqs.into_iter()), "edge", &spec, &|_| {}).unwrap();
+    // 64 KiB blocks: every byte offset is within 2^48 blocks.
+    let rep = run(65536, &[u64::MAX - 100, u64::MAX - 8192, 0]).unwrap();
     assert_eq!(rep.trace.requests, 3);
+    // 4 KiB blocks: a volume has at most 2^48 blocks (2^60 bytes); up to
+    // its end is replayed, past it is an error naming the request, not
+    // another volume's blocks.
+    let end = tiercache_types::MAX_VOLUME_BLOCKS << 12;
+    let rep = run(4096, &[end - (1 << 20), 0]).unwrap();
+    assert_eq!(rep.trace.requests, 2);
+    let err = run(4096, &[0, end - 4096, u64::MAX - 100])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("request 2 ") && err.contains("largest volume"),
+        "{err}"
+    );
 }

@@ -16,11 +16,11 @@ use crate::error::{Error, Result};
 use crate::idmap::IdMap;
 use crate::mrc::{MrcBuilder, MrcMethod};
 use crate::opt::{next_uses, opt_run, OptRun};
-use crate::trace::Request;
+use crate::trace::{Request, VOLUME_SHIFT};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tiercache_policy::Counters;
-use tiercache_types::CacheMode;
+use tiercache_types::{CacheMode, MAX_VOLUME_BLOCKS};
 
 pub(super) enum Task {
     Config(Box<ConfigRunner>),
@@ -45,11 +45,63 @@ impl Task {
     }
 }
 
-pub(super) fn read_chunk(src: &mut dyn RequestSource, out: &mut Vec<Request>) -> Result<()> {
+/// The addresses a replay can take: a volume of the engine's has at most
+/// [`MAX_VOLUME_BLOCKS`] blocks (the rest of a pool key names the volume),
+/// so a request ending past them is refused with an error, as the engine
+/// refuses such a volume, rather than taken for another volume's blocks.
+#[derive(Clone, Copy)]
+pub(super) struct AddressLimit {
+    /// Bytes a volume's requests may reach (`u64::MAX`: any).
+    end: u64,
+    /// Replaying as a pool: the volume is in the offset's high bits.
+    pool: bool,
+}
+
+impl AddressLimit {
+    pub(super) fn new(block_size: u32, pool: bool) -> Self {
+        let shift = block_size.trailing_zeros();
+        let end = MAX_VOLUME_BLOCKS
+            .checked_shl(shift)
+            .filter(|&e| e >> shift == MAX_VOLUME_BLOCKS);
+        AddressLimit {
+            end: end.unwrap_or(u64::MAX),
+            pool,
+        }
+    }
+
+    fn check(&self, r: &Request, index: u64) -> Result<()> {
+        let offset = if self.pool {
+            r.offset & ((1 << VOLUME_SHIFT) - 1)
+        } else {
+            r.offset
+        };
+        if offset.saturating_add(r.len) > self.end {
+            return Err(Error::Config(format!(
+                "request {index} (offset {}, {} bytes) reaches past {} bytes, the largest volume \
+                 tiercache addresses at this block size ({MAX_VOLUME_BLOCKS} blocks)",
+                r.offset, r.len, self.end
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the next chunk of at most [`CHUNK`] requests into `out`;
+/// `read` counts the requests read so far (for the error's message).
+pub(super) fn read_chunk(
+    src: &mut dyn RequestSource,
+    out: &mut Vec<Request>,
+    limit: AddressLimit,
+    read: &mut u64,
+) -> Result<()> {
     out.clear();
     while out.len() < CHUNK {
         match src.next_request() {
-            Some(Ok(r)) => out.push(r),
+            Some(Ok(r)) => {
+                *read += 1;
+                limit.check(&r, *read)?;
+                out.push(r)
+            }
             Some(Err(e)) => return Err(e),
             None => break,
         }
@@ -145,7 +197,9 @@ pub fn simulate(
     let threads = threads_for(spec, tasks.len());
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut next = Vec::with_capacity(CHUNK);
-    read_chunk(source, &mut chunk)?;
+    let limit = AddressLimit::new(bs, spec.pool);
+    let mut read_so_far = 0;
+    read_chunk(source, &mut chunk, limit, &mut read_so_far)?;
     // The cleaner's clock: the trace's own time if it has one, else the
     // modelled time (see `ConfigRunner::set_timestamps`).
     let timed = source.has_timestamps();
@@ -174,7 +228,7 @@ pub fn simulate(
                     tasks[i].lock().expect("task lock").run(&chunk);
                 });
             }
-            read_chunk(source, &mut next)
+            read_chunk(source, &mut next, limit, &mut read_so_far)
         });
         read?;
         let chunk_start = done;
