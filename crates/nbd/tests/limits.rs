@@ -22,7 +22,10 @@ const MIB: u64 = 1 << 20;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// The threads serving NBD connections in this process: a reader per
-/// connection (`nbd-conn-N`) and its workers (`nbd-worker-N`). Left out:
+/// connection (`nbd-conn-N`) and its workers (`nbd-worker-N`). Left out: a
+/// connection's thread that has given its slot back and is only exiting
+/// (it renames itself `nbd-done`, and may be listed a moment longer on a
+/// loaded host), and
 /// the test harness's threads (it starts a test's thread whenever one
 /// ends, at any point of another test's run) and the listeners' (a new
 /// thread names itself only once it runs).
