@@ -80,8 +80,8 @@ impl SlotTable {
     }
 
     /// As [`SlotTable::new`], with the hash index at load 1/2 instead of
-    /// 7/8: 3.4 bytes more per slot for lookups about a fifth as long when
-    /// the block is absent, a third as long when present. For tables of
+    /// 7/8: 3.4 bytes more per slot for lookups about a thirteenth as long
+    /// when the block is absent, a third as long when present. For tables of
     /// bounded size (see the module documentation).
     pub fn sparse(capacity: u32, lists: u8) -> Self {
         SlotTable::with_index_len(capacity, lists, capacity as usize * 2 + 1)
