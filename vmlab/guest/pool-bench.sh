@@ -37,8 +37,10 @@
 # backing devices' hits and misses; tiercache: their block hits and
 # misses) and how busy the guest's CPUs were. Per run, in $OUT:
 # diskstats-RUN.txt (each disk's reads, their mean size and latency,
-# writes, flushes) and for tiercache threads-RUN.txt (its busiest
-# threads' CPU, wait for a CPU and wake-ups per IO).
+# writes, flushes), guest-RUN.txt (the guest's memory before and after,
+# and its paging, compaction and interrupt counters over the run: what
+# else changes from round to round) and for tiercache threads-RUN.txt
+# (its busiest threads' CPU, wait for a CPU and wake-ups per IO).
 #
 #   vmlab/run.sh --timeout 3600 --disk h1=1G,iops=300 --disk h2=1G,iops=300 \
 #       --disk h3=1G,iops=300 --disk h4=1G,iops=300 --disk ssd=256M \
@@ -194,6 +196,21 @@ job_file() {
 # iowait counts as idle).
 cpu_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
 
+# guest_state: "name value" lines: memory (/proc/meminfo, KiB), the
+# paging, compaction and THP counters of /proc/vmstat, context switches
+# and interrupts (/proc/stat).
+guest_state() {
+  awk '/^(MemFree|Cached|AnonPages|AnonHugePages|Slab|SUnreclaim|Dirty|PageTables|Percpu):/ {print $1, $2}' /proc/meminfo
+  awk '$1 ~ /^(pgfault|pgmajfault|pgalloc_normal|pgalloc_dma32|pgfree|pgscan_kswapd|pgscan_direct|pgsteal_kswapd|compact_stall|compact_migrate_scanned|thp_fault_alloc|thp_collapse_alloc|nr_tlb_remote_flush|workingset_refault_file)$/ {print $1, $2}' /proc/vmstat
+  awk '$1 == "ctxt" || $1 == "intr" {print $1, $2}' /proc/stat
+}
+
+# guest_report BEFORE AFTER: each counter before, after, and the change.
+guest_report() {
+  join <(sort <<<"$1") <(sort <<<"$2") |
+    awk '{printf "%-28s %14d %14d %+14d\n", $1, $2, $3, $3 - $2}'
+}
+
 # run_config NAME ROUND: one row.
 run_config() {
   local name=$1 round=$2 kind=$1 options=() base=${1%-before}
@@ -229,6 +246,8 @@ run_config() {
   disks=$(for d in "${HDDS[@]}" "$SSD"; do blockdev_name "$d"; done)
   # shellcheck disable=SC2086 # (one device name per word)
   disks_before=$(diskstats $disks)
+  local guest_before
+  guest_before=$(guest_state)
   local perf_pid=""
   if [ "${BENCH_PERF:-0}" = 1 ] && command -v perf >/dev/null; then
     perf record -q -a -g -e cpu-clock -F 999 -o "$PERF_DATA" -- sleep $((RUNTIME - 3)) \
@@ -239,6 +258,7 @@ run_config() {
     --percentile_list=50:99 --output="$OUT/fio-$RUN.out" || fail "fio $RUN"
   cpu_after=$(cpu_ticks)
   server_after=$("${kind}_cpu")
+  guest_report "$guest_before" "$(guest_state)" >"$OUT/guest-$RUN.txt"
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     perf report -i "$PERF_DATA" --no-children --sort comm --stdio -g none 2>/dev/null |
