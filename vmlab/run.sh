@@ -39,6 +39,8 @@
 #                than native where other code runs 6-60 times slower, so
 #                without it crc32c takes the software path the rest of the
 #                guest's code is in proportion with; VMLAB_CPU=max for all)
+#   PANIC_GRACE=S  seconds a guest that printed a kernel panic has to reboot
+#                before its qemu is stopped (default 15)
 #
 # Exit status: the script's, 77 when it skipped, 124 when the run timed out,
 # 125 when the lab itself failed (no image, guest died without an exit marker).
@@ -177,6 +179,25 @@ done
 started=$(date +%s)
 boot=1
 status=125
+# watch_for_panic OFFSET: once the console (from byte OFFSET on) shows a
+# kernel panic, gives the guest PANIC_GRACE seconds to reboot (panic=-1,
+# which qemu's -no-reboot turns into an exit) and then stops this run's
+# qemu itself: a guest that panicked in the middle of a benchmark has been
+# seen to hang instead of rebooting (bcache's oops on Linux 6.18), and
+# would otherwise hold the lab until --timeout.
+watch_for_panic() {
+  local from=$1
+  while sleep 2; do
+    if tail -c +"$((from + 1))" "$out/console.log" 2>/dev/null | grep -q 'Kernel panic - not syncing'; then
+      sleep "${PANIC_GRACE:-15}"
+      if pkill -f -- "path=$out/results," 2>/dev/null; then
+        echo "vmlab-run: the guest panicked and did not reboot; stopped its qemu (see $out/console.log)" >&2
+      fi
+      return 0
+    fi
+  done
+}
+
 while :; do
   elapsed=$(($(date +%s) - started))
   remaining=$((timeout_s - elapsed))
@@ -187,6 +208,8 @@ while :; do
   fi
   echo "vmlab-run: boot $boot ($(basename "$script"), image $(basename "$image"), ${remaining}s left)" >&2
   boot_start=$(date +%s)
+  watch_for_panic "$(wc -c <"$out/console.log")" &
+  watcher=$!
   set +e
   timeout -k 10 "$remaining" qemu-system-x86_64 \
     -accel "tcg,thread=$tcg_thread" -cpu "${VMLAB_CPU:-max,-sse4.2}" -smp "$smp" -m "$mem" -nodefaults -no-reboot \
@@ -197,6 +220,8 @@ while :; do
     -virtfs "local,path=$out/results,mount_tag=results,security_model=none,id=results" \
     "${drive_args[@]}" </dev/null 2>&1 | tee -a "$out/console.log"
   qemu_status=${PIPESTATUS[0]}
+  kill "$watcher" 2>/dev/null
+  wait "$watcher" 2>/dev/null
   set -e
   echo "vmlab-run: boot $boot ended after $(($(date +%s) - boot_start))s (qemu status $qemu_status)" >&2
   if [ "$qemu_status" -eq 124 ] || [ "$qemu_status" -eq 137 ]; then
