@@ -50,6 +50,10 @@
 # (default 20), BENCH_ROUNDS (default 3), BENCH_CONFIGS ("bcache
 # tiercache"; also tiercache-4k, tiercache-64k, tiercache-q2; names
 # separated by spaces or commas),
+# BENCH_HOT_RATE=N (each hot volume's reads held to N IOPS, fio's
+# rate_iops: an offered load both set-ups can serve, so that they are
+# compared on latency and on the guest CPU the same work takes, rather
+# than on how many requests a CPU-bound guest completes),
 # BENCH_PERF=1 (a system-wide perf profile of each measured run:
 # perf-<run>-comm.txt by thread name, -flat.txt by thread and symbol,
 # -workers.txt tiercache's ublk workers by symbol; needs the host's perf,
@@ -188,6 +192,8 @@ job_file() {
     case "$i" in 0) theta=1.2 ;; 1) theta=1.1 ;; *) theta=0.9 ;; esac
     printf '[hot%d]\nfilename=%s\nrw=randread\nbs=4k\niodepth=8\nrandom_distribution=zipf:%s\n' \
       "$((i + 1))" "${DEVS[$i]}" "$theta"
+    # An open loop: each hot volume asks for BENCH_HOT_RATE IOPS at most.
+    [ -z "${BENCH_HOT_RATE:-}" ] || printf 'rate_iops=%s\n' "$BENCH_HOT_RATE"
   done
   printf '[scan]\nnew_group\nfilename=%s\nrw=read\nbs=1M\niodepth=2\n' "${DEVS[$((NVOL - 1))]}"
 }
