@@ -29,9 +29,10 @@
 //! Environment: `POLICY_PANEL_TRACES` (the panel folder, default
 //! `../shared/traces` from the workspace root; the bench fails if it is
 //! missing, and skips with a message a trace folder that is missing; any
-//! other folder in it holding a `blocks.csv.zst` runs too, after the four,
-//! in name order: a folder of traces the policies were not tuned on is a
-//! hold-out check),
+//! other folder in it holding a `blocks.csv.zst`, or a `trace.*` file in
+//! any format `tiercache sim` detects (a libCacheSim `.vscsi` trace as
+//! published, for one), runs too, after the four, in name order: a folder
+//! of traces the policies were not tuned on is a hold-out check),
 //! `POLICY_PANEL_ONLY` (comma-separated trace names to run),
 //! `POLICY_PANEL_SIZES` (comma-separated cache sizes in % of the footprint
 //! instead of 1,5,10,25,50),
@@ -106,14 +107,14 @@ fn columns() -> Vec<String> {
 }
 
 /// The panel's four traces, then every other folder of `dir` that holds a
-/// `blocks.csv.zst`, by name.
+/// trace ([`trace_file`]), by name.
 fn traces(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = TRACES.iter().map(|t| t.to_string()).collect();
     let mut others: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.path().join("blocks.csv.zst").is_file())
+        .filter(|e| trace_file(&e.path()).is_some())
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| !TRACES.contains(&n.as_str()))
         .collect();
@@ -136,18 +137,38 @@ fn default_out() -> PathBuf {
         .join("policy-panel")
 }
 
-fn trace_options() -> TraceOptions {
-    TraceOptions {
-        format: Some(FORMAT.parse().expect("panel csv mapping")),
-        ..TraceOptions::default()
+/// The trace in folder `dir` and how to read it: `blocks.csv.zst` in the
+/// panel's common form, else the first `trace.*` file (by name) in
+/// whatever format the simulator detects.
+fn trace_file(dir: &Path) -> Option<(PathBuf, TraceOptions)> {
+    let csv = dir.join("blocks.csv.zst");
+    if csv.is_file() {
+        let options = TraceOptions {
+            format: Some(FORMAT.parse().expect("panel csv mapping")),
+            ..TraceOptions::default()
+        };
+        return Some((csv, options));
     }
+    let mut others: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("trace."))
+        })
+        .collect();
+    others.sort();
+    Some((others.into_iter().next()?, TraceOptions::default()))
 }
 
 /// Distinct blocks of `block_size` the trace touches.
-fn footprint(path: &Path, block_size: u32) -> u64 {
+fn footprint(path: &Path, options: &TraceOptions, block_size: u32) -> u64 {
     let bs = block_size as u64;
     let mut seen = HashSet::new();
-    for r in open_trace(path, &trace_options()).expect("open trace") {
+    for r in open_trace(path, options).expect("open trace") {
         let r = r.expect("trace parses");
         if r.len == 0 {
             continue;
@@ -175,9 +196,15 @@ fn size_pcts() -> Vec<u32> {
     }
 }
 
-fn run_one(name: &str, path: &Path, block_size: u32, threads: usize) -> RunResult {
+fn run_one(
+    name: &str,
+    path: &Path,
+    options: &TraceOptions,
+    block_size: u32,
+    threads: usize,
+) -> RunResult {
     let t0 = Instant::now();
-    let fp = footprint(path, block_size);
+    let fp = footprint(path, options, block_size);
     let pcts = size_pcts();
     let blocks: Vec<u64> = pcts.iter().map(|&p| (fp * p as u64 / 100).max(1)).collect();
     let default = parse_policy("default").expect("the default policy");
@@ -205,7 +232,7 @@ fn run_one(name: &str, path: &Path, block_size: u32, threads: usize) -> RunResul
     };
     let input = Input::Trace {
         path: path.to_path_buf(),
-        options: trace_options(),
+        options: options.clone(),
     };
     let rep = run(&input, &spec(stacks, OptVariant::Demand), &|_| {}).expect("simulation runs");
     // OPT's bypass variant: a second pass without policies.
@@ -480,16 +507,15 @@ fn main() {
         if only.as_ref().is_some_and(|o| !o.iter().any(|t| t == name)) {
             continue;
         }
-        let path = dir.join(name).join("blocks.csv.zst");
-        if !path.is_file() {
+        let Some((path, options)) = trace_file(&dir.join(name)) else {
             eprintln!(
-                "policy_panel: skipping {name}: {} is missing",
-                path.display()
+                "policy_panel: skipping {name}: no blocks.csv.zst or trace.* in {}",
+                dir.join(name).display()
             );
             continue;
-        }
+        };
         for bs in BLOCK_SIZES {
-            results.push(run_one(name, &path, bs, threads));
+            results.push(run_one(name, &path, &options, bs, threads));
         }
     }
     if results.is_empty() {
