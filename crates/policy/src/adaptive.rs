@@ -101,8 +101,8 @@ pub const CANDIDATES: &[Candidate] = &[
     candidate(0.05, 2),
     candidate(0.1, 2),
     candidate(0.2, 2),
-    candidate(0.2, 1),
-    candidate(0.35, 1),
+    candidate(0.35, 2),
+    candidate(0.5, 2),
     candidate(0.5, 1),
     candidate(0.7, 1),
 ];
