@@ -376,8 +376,12 @@ impl Picker {
                     let r = rng.next_u32() as f64 / (u32::MAX as f64 + 1.0);
                     let vr = (*stddev as f64 * r) as i64;
                     let mut dev = vr - (*stddev / 2) as i64;
-                    // fio halves the deviation until it stays in range.
-                    while sum as i64 + dev >= n as i64 || (sum as i64 + dev) < 0 {
+                    // fio halves the deviation until it stays in range. The
+                    // mean rounds up to n at most, and a zero deviation cannot
+                    // shrink further: fio's loop spins forever there (sum = n,
+                    // dev = 0, which small n and stddev make likely); here the
+                    // final `% n` folds it back into range instead.
+                    while dev != 0 && (sum as i64 + dev >= n as i64 || (sum as i64 + dev) < 0) {
                         dev /= 2;
                     }
                     sum = (sum as i64 + dev) as u64;
@@ -674,6 +678,17 @@ mod tests {
             .sum();
         // Mean of 12 uniforms: sd = n/12, so +-1000 blocks is +-1.2 sd: ~77%.
         assert!((70_000..85_000).contains(&mid), "{mid}");
+    }
+
+    #[test]
+    fn normal_over_two_blocks_terminates_and_stays_in_range() {
+        // Found by the fio_job fuzz target: 2 blocks and a 5% deviation give a
+        // stddev of 1, so the deviation is often 0 while the mean is n.
+        for n in 1..=4 {
+            let c = counts(&workload("normal:5:0.25", n, 10_000));
+            assert_eq!(c.values().sum::<u64>(), 10_000);
+            assert!(c.keys().all(|&b| b < n), "{c:?}");
+        }
     }
 
     #[test]
