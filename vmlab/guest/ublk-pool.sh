@@ -15,6 +15,9 @@
 #   - online attach over ublk (volume d: a new device), data written, then
 #     detach-volume: the device goes away and the data is on d's backing
 #     disk (written back);
+#   - 8 idle volumes attached over ublk add no pinned memory (at most
+#     256 KiB each), at most 1 MiB resident each and no threads, then are
+#     detached;
 #   - c's backing device fails (dm table swapped for `error`): reads of c
 #     that miss the cache fail, a and b keep serving (reads and writes); c
 #     serves again once its device is back;
@@ -200,6 +203,35 @@ grep -q "^d " "$STATE" && fail "$STATE still records d after its detach"
 check_data d "$V4" # on the backing disk itself: every dirty block was written back
 for v in a b c; do check_data "$v"; done
 
+step "idle devices pin no memory: 8 more volumes attached over ublk, then detached"
+# status_kb FIELD: the server's /proc status field (VmPin, VmRSS, Threads).
+status_kb() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$TC_PID/status"; }
+pin0=$(status_kb VmPin) rss0=$(status_kb VmRSS) threads0=$(status_kb Threads)
+IDLE=8 # the volume table of this 48 MiB cache holds 15
+for i in $(seq 1 $IDLE); do
+  truncate -s 64M "/run/idle-$i.img"
+  tiercache attach --control "$CONTROL" "idle$i=/run/idle-$i.img" >"$OUT/attach-idle.txt" 2>&1 ||
+    { cat "$OUT/attach-idle.txt"; fail "attach idle$i"; }
+  dev=$(grep -o "/dev/ublkb[0-9]*" "$OUT/attach-idle.txt" | head -n 1)
+  [ -n "$dev" ] || { cat "$OUT/attach-idle.txt"; fail "attach did not name idle$i's device"; }
+  wait_for_path "$dev" 30
+done
+sleep 1
+pin1=$(status_kb VmPin) rss1=$(status_kb VmRSS) threads1=$(status_kb Threads)
+step "after a-d's IO: ${pin0} KiB pinned, ${rss0} KiB resident, $threads0 threads; with $IDLE idle devices more: ${pin1} KiB, ${rss1} KiB, $threads1 threads"
+# Each queue's tag buffers are registered (pinned) as their reads need
+# them: registered whole at start, these queues of depth 32 pinned
+# 16 MiB each.
+[ $((pin1 - pin0)) -le $((IDLE * 256)) ] || fail "$IDLE idle devices pinned $((pin1 - pin0)) KiB (at most 256 KiB each)"
+[ $((rss1 - rss0)) -le $((IDLE * 1024)) ] || fail "$IDLE idle devices added $((rss1 - rss0)) KiB resident (at most 1 MiB each)"
+[ "$threads1" -le $((threads0 + 2)) ] || fail "$IDLE idle devices added threads: $threads0 -> $threads1"
+for i in $(seq 1 $IDLE); do
+  tiercache detach-volume --control "$CONTROL" "idle$i" >"$OUT/detach-idle.txt" 2>&1 ||
+    { cat "$OUT/detach-idle.txt"; fail "detach-volume idle$i"; }
+  rm -f "/run/idle-$i.img"
+done
+for v in a b c; do check_data "$v"; done
+
 step "c's backing device fails: c's misses get errors, a and b keep serving"
 swap_c_table "0 $C_SECTORS error"
 # 128 MiB and up was never written: not in the cache, read from the backing.
@@ -240,4 +272,4 @@ for v in a b c; do
 done
 [ ! -e "$STATE" ] || fail "$STATE left after a plain stop"
 dmesg >"$OUT/dmesg.txt"
-step "PASS: 3 volumes over ublk from one server: isolated, counted per volume, taken over after kill -9, attach/detach online, a failing backing device confined to its volume"
+step "PASS: 3 volumes over ublk from one server: isolated, counted per volume, taken over after kill -9, attach/detach online, idle devices pin nothing, a failing backing device confined to its volume"

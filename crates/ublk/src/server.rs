@@ -4,7 +4,7 @@
 
 use crate::device_queue::{next_request, DeviceQueue};
 use crate::direct::{direct_miss, direct_read, TagBuffer};
-use crate::fixed_buffers::{self, FixedTable, TagScratch};
+use crate::fixed_buffers::{self, FixedTable, TagPinned, TagScratch};
 use crate::params::{device_params, Geometry};
 use crate::pool::{Completion, Submitter, WorkerPool};
 use crate::queue_thread::{queue_thread, ThreadCtx};
@@ -601,7 +601,7 @@ fn start_queue(
     // Reads into a tag's buffer, and a miss's IO on its scratch buffer,
     // are READ_FIXED / WRITE_FIXED when registered (None: plain IO); with
     // zero copy the tags' indices are where the kernel registers requests.
-    let table = fixed_buffers::register(ctx, &slots, zero_copy);
+    let table = fixed_buffers::register(ctx, dev.dev_info.queue_depth, zero_copy);
     let failed = |m: String| {
         let _ = ready.send(Err(m.clone()));
         queues.done(Some(m));
@@ -686,8 +686,8 @@ async fn serve_tag(
     if let Err(down) = unsafe { q.fetch(ring, tag, buf_ptr) }.await {
         return queue_down(down.0);
     }
-    // This tag's buffer's index in the ring's table.
-    let fixed = table.and_then(|t| t.tag_index(tag));
+    // This tag's buffer in the ring's table, registered as its reads need.
+    let mut pinned = TagPinned::new(tag, table);
     // Where this tag's misses are read to and filled from (`direct_miss`),
     // made at the first one.
     let mut scratch = TagScratch::new(tag, table);
@@ -703,6 +703,10 @@ async fn serve_tag(
         let outcome = match decode(iod.op_flags, iod.start_sector, iod.nr_sectors) {
             Err(errno) => Outcome::Commit(errno),
             Ok(req) => 'result: {
+                let fixed = match req {
+                    Request::Read { len, .. } => pinned.index_for(ring, &slot.buf, len as usize),
+                    _ => None,
+                };
                 let tag_buffer = TagBuffer {
                     queue: q,
                     tag,
