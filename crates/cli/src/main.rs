@@ -4,6 +4,7 @@ mod control;
 mod devices;
 mod export;
 mod kernel_nbd;
+mod open_files;
 mod pool;
 mod recording;
 mod serve;

@@ -98,6 +98,7 @@ pub fn run(s: &ServeSettings) -> Result<()> {
     if s.ublk.is_some() {
         crate::ublk::check_available()?;
     }
+    crate::open_files::ensure_room(s.volumes.len(), s.ublk.is_some())?;
     if let Some(cache_spec) = &s.cache {
         for v in &s.volumes {
             crate::devices::ensure_distinct(&v.spec, cache_spec)?;

@@ -2,7 +2,9 @@
 //! of volumes, each its own NBD export, through real clients (nbdinfo,
 //! nbdcopy): every export returns its own volume's data, across a restart;
 //! stats count each volume; a pool refuses to start without one of its
-//! volumes, or with a volume given as `--backing` too.
+//! volumes, or with a volume given as `--backing` too; a pool of more
+//! volumes than the soft limit on open files is served, and one beyond the
+//! hard limit refused with a message.
 
 mod common;
 
@@ -309,6 +311,91 @@ fn the_same_backing_device_twice_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("opened twice"), "{err}");
+    let cache_bytes = std::fs::read(&cache).unwrap();
+    assert!(cache_bytes.iter().all(|&b| b == 0), "the cache was written");
+}
+
+/// `bash -c 'ulimit LIMIT; exec tiercache "$@"'` as a script in `dir`: the
+/// server under a lower limit on open files than the test's own.
+fn under_ulimit(dir: &std::path::Path, limit: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("tiercache-limited");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\nulimit {limit} || exit 97\nexec {} \"$@\"\n",
+            bin().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// `--volume vmI=DIR/vI.img` for I in 1..=n, each a sparse 1 MiB file; and
+/// a 64 MiB cache file, large enough for 1024 volume records.
+fn many_volumes(dir: &std::path::Path, n: usize) -> (Vec<String>, PathBuf) {
+    let args = (1..=n)
+        .flat_map(|i| {
+            let f = dir.join(format!("v{i}.img"));
+            sparse_file(&f, MIB);
+            ["--volume".to_string(), format!("vm{i}={}", f.display())]
+        })
+        .collect();
+    let cache = dir.join("cache.img");
+    sparse_file(&cache, 64 * MIB);
+    (args, cache)
+}
+
+/// A pool with more volumes than the usual soft limit on open files allows
+/// (here 64 for 100 volumes) is served: the server raises its soft limit
+/// to the hard one (before, it stopped at the 61st volume with "Too many
+/// open files").
+#[test]
+fn a_pool_beyond_the_soft_open_files_limit_is_served() {
+    let t = "a_pool_beyond_the_soft_open_files_limit_is_served";
+    if !have("nbdinfo", t) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (volumes, cache) = many_volumes(dir.path(), 100);
+    let mut args: Vec<&str> = volumes.iter().map(String::as_str).collect();
+    args.push("--create");
+    let limited = under_ulimit(dir.path(), "-Sn 64");
+    let s = Served::spawn(
+        &limited,
+        dir.path(),
+        "",
+        &cache.display().to_string(),
+        &args,
+    );
+    let list = run(Command::new("nbdinfo")
+        .arg("--list")
+        .arg(format!("nbd+unix:///?socket={}", s.socket().display())));
+    let exports = list.lines().filter(|l| l.starts_with("export=")).count();
+    assert_eq!(exports, 100, "{list}");
+}
+
+/// A pool that even the hard limit on open files cannot hold is refused
+/// before anything is written, with a message that says how to proceed.
+#[test]
+fn a_pool_beyond_the_hard_open_files_limit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volumes, cache) = many_volumes(dir.path(), 100);
+    let out = Command::new(under_ulimit(dir.path(), "-n 64"))
+        .args(["serve", "--create", "--cache"])
+        .arg(&cache)
+        .args(&volumes)
+        .arg("--socket")
+        .arg(dir.path().join("nbd.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("100 volumes need about") && err.contains("ulimit -n"),
+        "{err}"
+    );
     let cache_bytes = std::fs::read(&cache).unwrap();
     assert!(cache_bytes.iter().all(|&b| b == 0), "the cache was written");
 }
