@@ -21,7 +21,7 @@ use crate::device_queue::DeviceQueue;
 use crate::fixed_buffers::TagScratch;
 use crate::request::Request;
 use crate::ring::{Op, QueueRing};
-use libublk::helpers::IoBuf;
+use crate::tag_buffers::TagBuf;
 use std::rc::Rc;
 use tiercache_frontend::{read_sqe, write_sqe, Checked, Export, ReadPiece};
 
@@ -30,7 +30,7 @@ use tiercache_frontend::{read_sqe, write_sqe, Checked, Export, ReadPiece};
 pub(crate) struct TagBuffer<'a> {
     pub(crate) queue: &'a DeviceQueue,
     pub(crate) tag: u16,
-    pub(crate) buf: &'a IoBuf<u8>,
+    pub(crate) buf: &'a TagBuf,
     /// The buffer's index among the ring's registered buffers, if it is
     /// registered.
     pub(crate) fixed: Option<u16>,

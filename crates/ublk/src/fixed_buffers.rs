@@ -33,6 +33,7 @@
 
 use crate::queue_thread::ThreadCtx;
 use crate::ring::QueueRing;
+use crate::tag_buffers::TagBuf;
 use libublk::helpers::IoBuf;
 
 /// The most indices a ring's table may have (the kernel's limit).
@@ -169,11 +170,11 @@ fn clear(ring: &QueueRing, start: u32, n: u32) {
     }
 }
 
-/// The first `len` bytes of `buf` (at most its length).
-fn iovec_of(buf: &IoBuf<u8>, len: usize) -> libc::iovec {
+/// `len` bytes from `p`.
+fn iovec_of(p: *mut u8, len: usize) -> libc::iovec {
     libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: len.min(buf.len()),
+        iov_base: p.cast(),
+        iov_len: len,
     }
 }
 
@@ -206,12 +207,7 @@ impl TagPinned {
     /// registering them first if they are not; None: read with plain reads.
     /// Only while no IO on the buffer is in flight (the tag's task waits
     /// for each).
-    pub(crate) fn index_for(
-        &mut self,
-        ring: &QueueRing,
-        buf: &IoBuf<u8>,
-        need: usize,
-    ) -> Option<u16> {
+    pub(crate) fn index_for(&mut self, ring: &QueueRing, buf: &TagBuf, need: usize) -> Option<u16> {
         let slot = self.slot?;
         if need > buf.len() {
             return None;
@@ -222,7 +218,7 @@ impl TagPinned {
             // has ended); the update replaces this index's shorter
             // registration of the same buffer while no IO uses it.
             let r = ring.with_submitter(|s| unsafe {
-                s.register_buffers_update(u32::from(slot), &[iovec_of(buf, len)], None)
+                s.register_buffers_update(u32::from(slot), &[iovec_of(buf.as_mut_ptr(), len)], None)
             });
             if let Err(e) = r {
                 log::debug!("ublk: tag buffer not registered ({e}); plain reads");
@@ -277,7 +273,11 @@ impl TagScratch {
                 // flight, and the queue's indices are cleared after); see
                 // the module's contract.
                 let r = ring.with_submitter(|s| unsafe {
-                    s.register_buffers_update(u32::from(i), &[iovec_of(&buf, need)], None)
+                    s.register_buffers_update(
+                        u32::from(i),
+                        &[iovec_of(buf.as_mut_ptr(), buf.len())],
+                        None,
+                    )
                 });
                 if let Err(e) = &r {
                     log::debug!("ublk: scratch buffer not registered ({e}); plain IO");

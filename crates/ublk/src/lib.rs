@@ -74,6 +74,7 @@ pub mod request;
 mod ring;
 mod server;
 mod start_error;
+mod tag_buffers;
 mod zero_copy;
 
 pub use server::{check_kernel_support, StartError, UblkConfig, UblkServer, CONTROL_PATH};

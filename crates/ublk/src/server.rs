@@ -12,8 +12,8 @@ use crate::request::{decode, execute, execute_if_quick, Request};
 use crate::ring::Op;
 use crate::start_error::describe;
 pub use crate::start_error::{StartError, CONTROL_PATH};
+use crate::tag_buffers::{tag_buffers, TagBuf};
 use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
-use libublk::helpers::IoBuf;
 use libublk::io::UblkDev;
 use libublk::{UblkError, UblkFlags};
 use parking_lot::{Condvar, Mutex};
@@ -550,7 +550,7 @@ pub(crate) struct TagSlot {
     /// Registered with the kernel for this tag: the kernel copies WRITE
     /// data into it before handing over a request and copies READ data
     /// out of it when the request is committed.
-    pub(crate) buf: IoBuf<u8>,
+    pub(crate) buf: TagBuf,
     done: Completion,
 }
 
@@ -590,10 +590,19 @@ fn start_queue(
 ) {
     let buf_bytes = dev.dev_info.max_io_buf_bytes as usize;
     let zero_copy = crate::zero_copy::is_zero_copy(dev.dev_info.flags);
-    let slots: Vec<Arc<TagSlot>> = (0..dev.dev_info.queue_depth)
-        .map(|_| {
+    let bufs = match tag_buffers(dev.dev_info.queue_depth, buf_bytes) {
+        Ok(bufs) => bufs,
+        Err(e) => {
+            let m = format!("queue {qid}: mapping its tags' buffers: {e}");
+            let _ = ready.send(Err(m.clone()));
+            return queues.done(Some(m));
+        }
+    };
+    let slots: Vec<Arc<TagSlot>> = bufs
+        .into_iter()
+        .map(|buf| {
             Arc::new(TagSlot {
-                buf: IoBuf::new(buf_bytes),
+                buf,
                 done: Completion::default(),
             })
         })
@@ -844,7 +853,7 @@ async fn serve_tag(
 
 /// A read answered in the tag's buffer (`result` bytes, or `-errno`),
 /// its data put into the request with zero copy; the result to commit.
-fn to_request(q: &DeviceQueue, tag: u16, req: Request, buf: &IoBuf<u8>, result: i32) -> i32 {
+fn to_request(q: &DeviceQueue, tag: u16, req: Request, buf: &TagBuf, result: i32) -> i32 {
     if !q.zero_copy() || !matches!(req, Request::Read { .. }) || result <= 0 {
         return result;
     }
