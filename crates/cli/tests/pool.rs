@@ -316,7 +316,9 @@ fn the_same_backing_device_twice_is_refused() {
 }
 
 /// `bash -c 'ulimit LIMIT; exec tiercache "$@"'` as a script in `dir`: the
-/// server under a lower limit on open files than the test's own.
+/// server under a lower limit on open files than the test's own (run
+/// through `output` or `Served`, which retry while a just-written script is
+/// busy).
 fn under_ulimit(dir: &std::path::Path, limit: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let script = dir.join("tiercache-limited");
@@ -382,14 +384,14 @@ fn a_pool_beyond_the_soft_open_files_limit_is_served() {
 fn a_pool_beyond_the_hard_open_files_limit_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (volumes, cache) = many_volumes(dir.path(), 100);
-    let out = Command::new(under_ulimit(dir.path(), "-n 64"))
-        .args(["serve", "--create", "--cache"])
-        .arg(&cache)
-        .args(&volumes)
-        .arg("--socket")
-        .arg(dir.path().join("nbd.sock"))
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(under_ulimit(dir.path(), "-n 64"))
+            .args(["serve", "--create", "--cache"])
+            .arg(&cache)
+            .args(&volumes)
+            .arg("--socket")
+            .arg(dir.path().join("nbd.sock")),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(

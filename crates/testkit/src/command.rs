@@ -7,8 +7,24 @@ use std::process::{Command, Output};
 /// Runs `cmd` and returns its output whatever the exit status; panics only
 /// if it cannot be started.
 pub fn output(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    retry_if_busy(|| cmd.output()).unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// `start()` again while it fails with ETXTBSY, for a while: a script a
+/// test has just written cannot be executed while a child that another
+/// test thread forked meanwhile still holds the script's write descriptor
+/// (until that child's own exec closes it, a few microseconds).
+pub fn retry_if_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let mut tries = 0;
+    loop {
+        match start() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Runs `cmd`; panics with its exit status, stdout and stderr unless it

@@ -2,7 +2,7 @@
 //! directory of the test's: started (and waited for), restarted, signalled,
 //! inspected, stopped cleanly or killed; killed at the latest when dropped.
 
-use crate::command::{output, run};
+use crate::command::{output, retry_if_busy, run};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -108,12 +108,9 @@ impl Served {
         assert!(self.child.is_none(), "already running");
         let _ = std::fs::remove_file(self.control());
         let log = std::fs::File::create(self.dir.join("serve.log")).unwrap();
-        let child = self
-            .command()
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let mut cmd = self.command();
+        cmd.stdout(log.try_clone().unwrap()).stderr(log);
+        let child = retry_if_busy(|| cmd.spawn()).unwrap();
         self.child = Some(child);
         let start = Instant::now();
         while !self.control().exists() {
@@ -134,12 +131,9 @@ impl Served {
     pub fn start_and_kill_after(&mut self, after: Duration) {
         assert!(self.child.is_none(), "already running");
         let log = std::fs::File::create(self.dir.join("serve-killed.log")).unwrap();
-        let mut child = self
-            .command()
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let mut cmd = self.command();
+        cmd.stdout(log.try_clone().unwrap()).stderr(log);
+        let mut child = retry_if_busy(|| cmd.spawn()).unwrap();
         std::thread::sleep(after);
         let _ = child.kill();
         let _ = child.wait();
