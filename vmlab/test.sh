@@ -12,7 +12,10 @@
 #      survive kill -9 and an upgrade of the server; each prints its rounds'
 #      pause and restart time), and vmlab/guest/ublk-pool.sh (a pool of
 #      volumes over ublk, one device each: isolation, per-volume stats,
-#      kill -9 and takeover, attach and detach, a failing backing device);
+#      kill -9 and takeover, attach and detach, a failing backing device),
+#      vmlab/guest/ublk-many.sh (64 volumes over ublk from one server: each
+#      device its own data; threads, pinned and resident memory and open
+#      files bounded);
 #      and ublk.sh and ublk-restart.sh again with --ublk-zero-copy on the
 #      6.18 kernel (VMLAB_KERNEL=6.18: requests' pages registered for the
 #      server), where every server must serve with zero copy; and ublk.sh
@@ -84,6 +87,7 @@ tests=(
   "nbd-restart --timeout 900 ${disks[*]} vmlab/guest/nbd-restart.sh"
   "nbd --timeout 900 ${disks[*]} vmlab/guest/nbd.sh"
   "ublk-pool --timeout 900 ${pool_disks[*]} vmlab/guest/ublk-pool.sh"
+  "ublk-many --timeout 900 vmlab/guest/ublk-many.sh"
   "ublk-zero-copy --kernel 6.18 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
   "ublk-restart-zero-copy --kernel 6.18 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
   "ublk-zero-copy-6.17 --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
