@@ -65,6 +65,10 @@ wait_for_server() {
   done
 }
 
+# proc_status PID FIELD: a field of /proc/PID/status, its number only
+# (VmPin and VmRSS in KiB, Threads).
+proc_status() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+
 # disk NAME: the guest device of the disk run.sh was given as --disk NAME=...
 disk() {
   local link="/dev/vmlab/$1"

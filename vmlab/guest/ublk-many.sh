@@ -42,8 +42,7 @@ while [ "$(grep -c "^tiercache: serving volume" "$LOG")" -lt $N ]; do
 done
 start_ms=$((($(date +%s%N) - t0) / 1000000))
 
-status_kb() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$TC_PID/status"; }
-pin=$(status_kb VmPin) rss=$(status_kb VmRSS) threads=$(status_kb Threads)
+pin=$(proc_status "$TC_PID" VmPin) rss=$(proc_status "$TC_PID" VmRSS) threads=$(proc_status "$TC_PID" Threads)
 fds=$(ls "/proc/$TC_PID/fd" | wc -l)
 step "$N devices up in $start_ms ms: $threads threads, $pin KiB pinned, $rss KiB resident, $fds open files"
 [ "$threads" -le 8 ] || fail "$threads threads for $N volumes"
@@ -59,7 +58,7 @@ for i in $(seq 1 $N); do
   dd if="$dev" bs=4096 count=1 skip=$((i % 16)) iflag=direct status=none | cmp -s - "/run/many/block-$i" ||
     fail "volume vm$i ($dev) does not read back its own block"
 done
-pin2=$(status_kb VmPin)
+pin2=$(proc_status "$TC_PID" VmPin)
 step "after a read on each device: $pin2 KiB pinned"
 
 kill -TERM "$TC_PID"

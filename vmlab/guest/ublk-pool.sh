@@ -204,9 +204,7 @@ check_data d "$V4" # on the backing disk itself: every dirty block was written b
 for v in a b c; do check_data "$v"; done
 
 step "idle devices pin no memory: 8 more volumes attached over ublk, then detached"
-# status_kb FIELD: the server's /proc status field (VmPin, VmRSS, Threads).
-status_kb() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$TC_PID/status"; }
-pin0=$(status_kb VmPin) rss0=$(status_kb VmRSS) threads0=$(status_kb Threads)
+pin0=$(proc_status "$TC_PID" VmPin) rss0=$(proc_status "$TC_PID" VmRSS) threads0=$(proc_status "$TC_PID" Threads)
 IDLE=8 # the volume table of this 48 MiB cache holds 15
 for i in $(seq 1 $IDLE); do
   truncate -s 64M "/run/idle-$i.img"
@@ -217,7 +215,7 @@ for i in $(seq 1 $IDLE); do
   wait_for_path "$dev" 30
 done
 sleep 1
-pin1=$(status_kb VmPin) rss1=$(status_kb VmRSS) threads1=$(status_kb Threads)
+pin1=$(proc_status "$TC_PID" VmPin) rss1=$(proc_status "$TC_PID" VmRSS) threads1=$(proc_status "$TC_PID" Threads)
 step "after a-d's IO: ${pin0} KiB pinned, ${rss0} KiB resident, $threads0 threads; with $IDLE idle devices more: ${pin1} KiB, ${rss1} KiB, $threads1 threads"
 # Each queue's tag buffers are registered (pinned) as their reads need
 # them: registered whole at start, these queues of depth 32 pinned

@@ -31,7 +31,7 @@ fn limits() -> std::io::Result<(u64, u64)> {
 }
 
 /// Raises the soft limit to the hard one; returns the limit now in force.
-pub fn raise() -> std::io::Result<u64> {
+fn raise() -> std::io::Result<u64> {
     let (soft, hard) = limits()?;
     if soft >= hard {
         return Ok(soft);

@@ -590,13 +590,13 @@ fn start_queue(
 ) {
     let buf_bytes = dev.dev_info.max_io_buf_bytes as usize;
     let zero_copy = crate::zero_copy::is_zero_copy(dev.dev_info.flags);
+    let failed = |m: String| {
+        let _ = ready.send(Err(m.clone()));
+        queues.done(Some(m));
+    };
     let bufs = match tag_buffers(dev.dev_info.queue_depth, buf_bytes) {
         Ok(bufs) => bufs,
-        Err(e) => {
-            let m = format!("queue {qid}: mapping its tags' buffers: {e}");
-            let _ = ready.send(Err(m.clone()));
-            return queues.done(Some(m));
-        }
+        Err(e) => return failed(format!("queue {qid}: mapping its tags' buffers: {e}")),
     };
     let slots: Vec<Arc<TagSlot>> = bufs
         .into_iter()
@@ -611,10 +611,6 @@ fn start_queue(
     // are READ_FIXED / WRITE_FIXED when registered (None: plain IO); with
     // zero copy the tags' indices are where the kernel registers requests.
     let table = fixed_buffers::register(ctx, dev.dev_info.queue_depth, zero_copy);
-    let failed = |m: String| {
-        let _ = ready.send(Err(m.clone()));
-        queues.done(Some(m));
-    };
     if zero_copy && table.is_none() {
         return failed(format!(
             "queue {qid}: the device is zero-copy and its thread's ring has no room in its buffer table"
