@@ -65,6 +65,7 @@ mod server;
 mod shutdown;
 mod slots;
 mod sockets;
+mod splice_out;
 pub mod tls;
 mod transmission;
 mod wake;

@@ -1,10 +1,15 @@
 //! [`ReadReplies`]: the successful read replies a connection's reader
 //! thread has ready, sent together with one `writev` (one socket buffer
-//! and one wake-up of the client for the batch instead of one per reply).
+//! and one wake-up of the client for the batch instead of one per reply),
+//! or on a Unix socket, when every reply's data is in a registered buffer,
+//! spliced ([`crate::splice_out`]: the client reads the buffers' own
+//! pages, which stay lent until it has).
 
-use crate::fixed_bufs::FixedBufs;
+use crate::fixed_bufs::{self, FixedBufs};
 use crate::proto;
+use crate::splice_out::SpliceOut;
 use std::ops::Range;
+use std::os::fd::RawFd;
 
 /// Replies per batch: two slices each, within a `writev`'s limit.
 pub(crate) const MAX_REPLIES: usize = 32;
@@ -25,13 +30,25 @@ pub(crate) struct ReadReplies {
     bytes: usize,
     /// Where registered buffers go back once sent.
     fixed: Option<FixedBufs>,
+    /// The headers of replies sent by splice, by their registered buffer's
+    /// index: such a header, like its buffer, must stay as it is until the
+    /// client has read it, and the buffer's index is not used again until
+    /// then ([`FixedBufs::lend`]).
+    spliced_heads: Box<[[u8; HEAD_LEN]]>,
+    /// Where batches in registered buffers are spliced from, and the Unix
+    /// socket they go to (None: every batch is copied by `writev`).
+    splice: Option<(SpliceOut, RawFd)>,
 }
 
 impl ReadReplies {
-    /// Replies whose registered buffers (if any) go back to `fixed`.
-    pub(crate) fn with_fixed(fixed: Option<FixedBufs>) -> Self {
+    /// Replies whose registered buffers (if any) go back to `fixed`,
+    /// spliced into the socket through `splice` when it is given and every
+    /// reply of a batch is in a registered buffer.
+    pub(crate) fn with_fixed(fixed: Option<FixedBufs>, splice: Option<(SpliceOut, RawFd)>) -> Self {
         ReadReplies {
             fixed,
+            splice,
+            spliced_heads: vec![[0u8; HEAD_LEN]; fixed_bufs::COUNT].into_boxed_slice(),
             ..ReadReplies::default()
         }
     }
@@ -98,6 +115,72 @@ impl ReadReplies {
             .iter()
             .zip(&self.bufs)
             .flat_map(|((h, n), (b, r, _))| [&h[..*n], &b[r.clone()]])
+    }
+
+    /// Whether the batch can be spliced: every reply's data is in a
+    /// registered buffer (whose reuse [`FixedBufs`] holds back until read).
+    pub(crate) fn can_splice(&self) -> bool {
+        self.splice.is_some()
+            && self.fixed.is_some()
+            && self
+                .bufs
+                .iter()
+                .all(|(_, _, i)| i.is_some_and(|i| usize::from(i) < self.spliced_heads.len()))
+    }
+
+    /// Sends the batch by splice (call with the connection's writer held,
+    /// and only when [`ReadReplies::can_splice`]): each header is copied to
+    /// where it stays until read, then headers and data go out in order.
+    /// Ok: the bytes sent. Err with 0 bytes: nothing went out (the batch
+    /// must be sent the other way), and this connection splices no more.
+    /// Either way, [`ReadReplies::drain_spliced`] with the bytes that went
+    /// out next (with 0, [`ReadReplies::drain_buffers`]).
+    pub(crate) fn splice(&mut self) -> Result<u64, (std::io::Error, u64)> {
+        let Some((out, socket)) = &self.splice else {
+            return Err((std::io::ErrorKind::Unsupported.into(), 0));
+        };
+        for ((h, _), (_, _, i)) in self.heads.iter().zip(&self.bufs) {
+            let i = usize::from(i.expect("can_splice: every buffer is registered"));
+            self.spliced_heads[i] = *h;
+        }
+        let mut parts: [&[u8]; 2 * MAX_REPLIES] = [&[]; 2 * MAX_REPLIES];
+        let mut n = 0;
+        let mut bytes = 0u64;
+        for ((_, len), (b, r, i)) in self.heads.iter().zip(&self.bufs) {
+            let i = usize::from(i.expect("can_splice: every buffer is registered"));
+            parts[n] = &self.spliced_heads[i][..*len];
+            parts[n + 1] = &b[r.clone()];
+            bytes += (*len + r.len()) as u64;
+            n += 2;
+        }
+        match out.send(*socket, &parts[..n]) {
+            Ok(()) => Ok(bytes),
+            Err((e, 0)) => {
+                self.splice = None;
+                Err((e, 0))
+            }
+            Err((e, sent)) => Err((e, sent as u64)),
+        }
+    }
+
+    /// Empties a batch of which `bytes` were just spliced, lending its
+    /// buffers ([`FixedBufs::lend`]). Returns the replies and the bytes
+    /// their requests counted.
+    pub(crate) fn drain_spliced(&mut self, bytes: u64) -> (usize, u64) {
+        let replies = self.heads.len();
+        let data = self.bytes as u64;
+        self.heads.clear();
+        self.bytes = 0;
+        let bufs = self
+            .bufs
+            .drain(..)
+            .filter_map(|(b, _, i)| i.map(|i| (i, b)));
+        match (&self.fixed, &self.splice) {
+            (Some(f), Some((_, socket))) => f.lend(*socket, bytes, bufs),
+            // Never spliced (see `can_splice`); kept all the same.
+            _ => bufs.for_each(|(_, b)| std::mem::forget(b)),
+        }
+        (replies, data)
     }
 
     /// Empties the batch, handing back each reply's buffer (None for a

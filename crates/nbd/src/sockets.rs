@@ -113,6 +113,15 @@ impl Stream {
             Stream::Tls(_) => None,
         }
     }
+    /// The socket's fd when the stream is a Unix socket itself (no TLS):
+    /// where replies may be spliced ([`crate::splice_out`]).
+    pub(crate) fn plain_unix_fd(&self) -> Option<RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Plain(Socket::Unix(s)) => Some(s.as_raw_fd()),
+            _ => None,
+        }
+    }
     /// shutdown(2) on the socket underneath.
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.socket().shutdown(how)

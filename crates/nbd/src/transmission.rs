@@ -33,6 +33,7 @@ use crate::inbuf::InBuf;
 use crate::proto::{self, Command, TransmissionContext, Verdict};
 use crate::replies::{ReadReplies, MAX_REPLIES};
 use crate::sockets::{recv_now, Stream};
+use crate::splice_out::SpliceOut;
 use crate::wire::nbd_errno;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -93,6 +94,9 @@ struct Conn<'a> {
 }
 
 const KEEP_BUF: usize = 1 << 20;
+/// How long a connection's end waits for its client to read the replies
+/// spliced last (see [`crate::fixed_bufs::FixedBufs::settle`]).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What only the reader thread uses: the ring for hits (None: hits are
 /// read in turn), the read replies it has ready to send, and the list the
@@ -157,6 +161,7 @@ pub(crate) fn serve<R: Read>(
         max_bytes: cfg.max_inflight_bytes,
         stopping,
     };
+    let fixed = ring.as_ref().and_then(|r| r.fixed_bufs());
     thread::scope(|s| {
         for i in 0..cfg.workers {
             let c = &conn;
@@ -171,10 +176,16 @@ pub(crate) fn serve<R: Read>(
                 break;
             }
         }
-        let fixed = ring.as_ref().and_then(|r| r.fixed_bufs());
+        let splice = match (&fixed, conn.writer.lock().plain_unix_fd()) {
+            (Some(_), Some(fd)) => SpliceOut::new()
+                .map_err(|e| log::debug!("{peer}: no pipe to splice replies ({e}); copying them"))
+                .ok()
+                .map(|out| (out, fd)),
+            _ => None,
+        };
         let mut side = ReaderSide {
             ring: ring.as_mut(),
-            replies: ReadReplies::with_fixed(fixed),
+            replies: ReadReplies::with_fixed(fixed.clone(), splice),
             done: Vec::new(),
             stash: None,
         };
@@ -189,6 +200,11 @@ pub(crate) fn serve<R: Read>(
         conn.work_cv.notify_all();
     });
     // All workers have exited, so every queued request was answered.
+    // Spliced replies the client has not read keep their buffers (the
+    // socket is closed next and cannot be asked again).
+    if let Some(f) = &fixed {
+        f.settle(SETTLE);
+    }
     conn.writer.lock().close();
     log::debug!("{peer}: connection closed");
 }
@@ -602,6 +618,33 @@ impl<'a> Conn<'a> {
     fn flush_replies(&self, replies: &mut ReadReplies) {
         if replies.is_empty() {
             return;
+        }
+        if replies.can_splice() && !self.broken.load(Ordering::Relaxed) {
+            let w = self.writer.lock();
+            let sent = match replies.splice() {
+                Ok(bytes) => Some(bytes),
+                Err((e, 0)) => {
+                    log::debug!("{}: cannot splice replies ({e}); copying them", self.peer);
+                    None
+                }
+                Err((e, sent)) => {
+                    if !self.broken.swap(true, Ordering::SeqCst) {
+                        log::warn!("{}: cannot send reply ({e}); closing connection", self.peer);
+                    }
+                    let _ = w.shutdown(Shutdown::Both);
+                    Some(sent)
+                }
+            };
+            drop(w);
+            if let Some(bytes) = sent {
+                let (count, data) = replies.drain_spliced(bytes);
+                let mut st = self.state.lock();
+                st.count -= count;
+                st.bytes -= data;
+                drop(st);
+                self.room_cv.notify_one();
+                return;
+            }
         }
         let mut parts: [&[u8]; 2 * MAX_REPLIES] = [&[]; 2 * MAX_REPLIES];
         let mut n = 0;

@@ -279,3 +279,53 @@ fn a_failed_direct_read_is_read_again() {
     assert_eq!(export.failed.load(Ordering::SeqCst), 200);
     assert_eq!(export.reads.load(Ordering::SeqCst), 200);
 }
+
+/// Replies are spliced into a Unix socket from the buffers the hits were
+/// read into, so a buffer is not read into again until the client has read
+/// its reply: a client that leaves a first round of replies unread while
+/// the server serves a second round gets each read's own data.
+#[test]
+fn a_client_that_reads_late_gets_each_reply_as_it_was_read() {
+    if !have_io_uring("a_client_that_reads_late_gets_each_reply_as_it_was_read") {
+        return;
+    }
+    let (export, data, _dir) = file_export(false);
+    let srv = common::start(export.clone(), ServerConfig::default());
+    let blocks = (data.len() / BLOCK) as u64;
+    for structured in [true, false] {
+        let mut c = RawClient::connect(&srv.sock, structured);
+        // Two rounds of 32 reads (as many as the server's registered
+        // buffers), each of other blocks; the replies are read after both.
+        let reqs: Vec<u64> = (0..64u64)
+            .map(|i| (i * 37 % blocks) * BLOCK as u64)
+            .collect();
+        for round in reqs.chunks(32).enumerate() {
+            for (k, off) in round.1.iter().enumerate() {
+                c.send(
+                    proto::CMD_READ,
+                    0,
+                    (round.0 * 32 + k) as u64,
+                    *off,
+                    BLOCK as u32,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        for _ in 0..reqs.len() {
+            let r = c.reply();
+            assert_eq!(r.errno, 0, "{}", r.message);
+            let off = reqs[r.handle as usize] as usize;
+            assert!(
+                r.data == data[off..off + BLOCK],
+                "reply {} has another read's data",
+                r.handle
+            );
+        }
+        c.disc();
+    }
+    assert_eq!(
+        export.reads.load(Ordering::SeqCst),
+        0,
+        "a hit went the slow way"
+    );
+}
