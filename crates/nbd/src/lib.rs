@@ -59,6 +59,7 @@ mod hit_ring;
 mod inbuf;
 pub mod kernel_client;
 mod listener;
+mod parts;
 pub mod proto;
 mod replies;
 mod server;

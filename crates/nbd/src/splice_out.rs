@@ -95,22 +95,17 @@ impl SpliceOut {
             // SAFETY: the iovecs point into `parts`, borrowed for the whole
             // call; vmsplice only takes references to their pages (the
             // module's contract keeps them unwritten until read).
-            let n = unsafe { libc::vmsplice(self.write_end.as_raw_fd(), iov.as_ptr(), k, 0) };
-            if n <= 0 {
-                let e = if n == 0 {
-                    io::ErrorKind::WriteZero.into()
-                } else {
-                    io::Error::last_os_error()
-                };
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err((e, sent));
-            }
-            let mut left = n as usize;
+            let n = match sent_by(unsafe {
+                libc::vmsplice(self.write_end.as_raw_fd(), iov.as_ptr(), k, 0)
+            }) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err((e, sent)),
+            };
+            let mut left = n;
             while left > 0 {
                 // SAFETY: no memory of ours is passed; both are open fds.
-                let m = unsafe {
+                let m = match sent_by(unsafe {
                     libc::splice(
                         self.read_end.as_raw_fd(),
                         std::ptr::null_mut(),
@@ -119,38 +114,29 @@ impl SpliceOut {
                         left,
                         0,
                     )
-                };
-                if m <= 0 {
-                    let e = if m == 0 {
-                        io::ErrorKind::WriteZero.into()
-                    } else {
-                        io::Error::last_os_error()
-                    };
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
+                }) {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     // What is left in the pipe can no longer be sent in
                     // order: the caller must give the connection up unless
                     // nothing went out at all.
-                    return Err((e, sent));
-                }
-                left -= m as usize;
-                sent += m as usize;
+                    Err(e) => return Err((e, sent)),
+                };
+                left -= m;
+                sent += m;
             }
-            // Advance over what went out.
-            let mut n = n as usize;
-            while n > 0 {
-                let rem = parts[idx].len() - off;
-                if n >= rem {
-                    n -= rem;
-                    idx += 1;
-                    off = 0;
-                } else {
-                    off += n;
-                    n = 0;
-                }
-            }
+            crate::parts::advance(parts, &mut idx, &mut off, n);
         }
+    }
+}
+
+/// A system call's count of bytes moved: 0 (nothing could be moved) as
+/// `WriteZero`, a negative one as the call's error.
+fn sent_by(r: isize) -> io::Result<usize> {
+    match r {
+        0 => Err(io::ErrorKind::WriteZero.into()),
+        r if r < 0 => Err(io::Error::last_os_error()),
+        r => Ok(r as usize),
     }
 }
 

@@ -251,23 +251,13 @@ fn write_all_parts<W: Write>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
             slices[k] = IoSlice::new(if j == 0 { &p[off..] } else { p });
             k += 1;
         }
-        let mut n = match w.write_vectored(&slices[..k]) {
+        let n = match w.write_vectored(&slices[..k]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        while n > 0 {
-            let rem = parts[idx].len() - off;
-            if n >= rem {
-                n -= rem;
-                idx += 1;
-                off = 0;
-            } else {
-                off += n;
-                n = 0;
-            }
-        }
+        crate::parts::advance(parts, &mut idx, &mut off, n);
     }
     Ok(())
 }
