@@ -257,6 +257,25 @@ per_round() {
   echo "${items[$(((ROUND - 1) % ${#items[@]}))]}"
 }
 
+# slow_layout_watch FIO_PID: while the layout runs, from its 60th second
+# on and every 30 s, what tiercache's threads wait for and its stats, into
+# $OUT/slow-layout-$RUN.txt (a layout takes 20-40 s here; once, on
+# 2026-12-02, the server answered nothing for 120 s and the kernel's NBD
+# client gave up: this is what to look at if it comes back).
+slow_layout_watch() {
+  local waited=0
+  while kill -0 "$1" 2>/dev/null; do
+    nap 5
+    waited=$((waited + 5))
+    if [ "$waited" -ge 60 ] && [ $((waited % 30)) -eq 0 ]; then
+      { echo "--- the layout has run ${waited} s"
+        threads_snapshot "$TC_PID"
+        timeout 10 tiercache stats --control "$TC_CONTROL"; } >>"$OUT/slow-layout-$RUN.txt" 2>&1
+      step "$RUN: the layout has run ${waited} s (threads in slow-layout-$RUN.txt)"
+    fi
+  done
+}
+
 # --- a quiet HDD before each run (the counters: diskstats in lib.sh) ---------
 # settle_hdd: waits (up to 30 s) until the HDD has taken no write for a
 # second. After the files' layout tiercache writes its dirty blocks back
@@ -375,7 +394,10 @@ run_config() {
     --iodepth=8 --numjobs=2 --ioengine=libaio --direct=1 --size="$(job_size "$size")" --group_reporting)
   # (zeroes: random buffers cost a lot of emulated CPU and no cache here
   # looks at the data)
-  fio "${common[@]}" --create_only=1 --zero_buffers --eta=never --output=/dev/null || fail "fio layout"
+  fio "${common[@]}" --create_only=1 --zero_buffers --eta=never --output=/dev/null &
+  local layout=$!
+  [ "$kind" = tiercache ] && slow_layout_watch "$layout" &
+  wait "$layout" || fail "fio layout"
   sync
   settle_hdd
   local before after

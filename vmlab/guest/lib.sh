@@ -104,6 +104,22 @@ thread_schedstats() {
     echo "$(tr -d ' ' <"$t/comm") ${t##*/} $(cat "$t/schedstat" 2>/dev/null)"
   done
 }
+# threads_snapshot PID: each thread of PID with its state, the kernel
+# function it sleeps in (wchan) and its kernel stack; then the block
+# devices' requests in flight. What a process that stopped answering is
+# waiting for (a futex: a lock or a condition; io_uring_enter: its IO).
+threads_snapshot() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "== $(cat "$t/comm") (tid ${t##*/}) state $(awk '{sub(/.*\) /, ""); print $1}' "$t/stat") wchan $(cat "$t/wchan" 2>/dev/null)"
+    cat "$t/stack" 2>/dev/null
+  done
+  echo "== requests in flight (reads writes) per block device"
+  for t in /sys/block/*/inflight; do
+    echo "$(basename "$(dirname "$t")") $(cat "$t")"
+  done
+}
+
 # schedstats_report BEFORE AFTER IOS: per thread busy in the run, its CPU
 # time and its wait for a CPU while runnable, each per IO, and how often it
 # was scheduled in per IO (wake-ups, about); the five busiest threads.
