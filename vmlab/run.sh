@@ -39,6 +39,9 @@
 #                than native where other code runs 6-60 times slower, so
 #                without it crc32c takes the software path the rest of the
 #                guest's code is in proportion with; VMLAB_CPU=max for all)
+#   VMLAB_EVENT_IDX=on|off  the virtio disks' event indexes (default off:
+#                with them, a notification qemu's single-threaded TCG loses
+#                hangs the disk for good; see the -device line below)
 #   PANIC_GRACE=S  seconds a guest that printed a kernel panic has to reboot
 #                before its qemu is stopped (default 15)
 #
@@ -172,7 +175,14 @@ for spec in "${disks[@]}"; do
     esac
   done
   [ "$has_cache" -eq 1 ] || drive+=",cache=none,aio=threads"
-  drive_args+=(-drive "$drive" -device "virtio-blk-pci,drive=disk$index,serial=$name")
+  # event_idx=off: on one host thread qemu 7.2 elides the guest's memory
+  # barriers, and a virtqueue can lose a notification (vmlab/guest/init,
+  # virtio_watch). With event indexes the loss is for good: qemu's stale
+  # index makes the guest skip every later kick, so the disk hangs with
+  # requests in flight (seen twice on 2026-12-02, the second time through
+  # the watch's extra read). With the flags instead, the next request
+  # kicks again and takes the stuck ones along.
+  drive_args+=(-drive "$drive" -device "virtio-blk-pci,drive=disk$index,serial=$name,event_idx=${VMLAB_EVENT_IDX:-off}")
   index=$((index + 1))
 done
 
