@@ -60,17 +60,14 @@ start_server() {
 # the server's log, if it still runs after SECONDS (a bare
 # `wait` would hang the guest until the host's timeout, which says nothing).
 wait_dead() {
-  local pid=$1 limit=$2 what=$3 i=0 state t
+  local pid=$1 limit=$2 what=$3 i=0 state
   while :; do
     state=Z
     { read -r _ _ state _ <"/proc/$pid/stat"; } 2>/dev/null || state=Z
     [ "$state" = Z ] && break
     i=$((i + 1))
     if [ "$i" -gt $((limit * 10)) ]; then
-      for t in /proc/"$pid"/task/*; do
-        echo "--- thread $(cat "$t/comm" 2>/dev/null) state $(awk '/^State:/ {print $2}' "$t/status" 2>/dev/null)"
-        cat "$t/stack" 2>/dev/null
-      done
+      threads_snapshot "$pid"
       tail -n 20 "$LOG"
       fail "$what (pid $pid) still runs ${limit} s later"
     fi
