@@ -259,9 +259,9 @@ per_round() {
 
 # slow_layout_watch FIO_PID: while the layout runs, from its 60th second
 # on and every 30 s, what tiercache's threads wait for and its stats, into
-# $OUT/slow-layout-$RUN.txt (a layout takes 20-40 s here; once, on
-# 2026-12-02, the server answered nothing for 120 s and the kernel's NBD
-# client gave up: this is what to look at if it comes back).
+# $OUT/slow-layout-$RUN.txt (a layout takes 20-40 s here; the stalls
+# seen so far, up to the kernel NBD client's 120 s timeout, were the
+# virtual SSD's: virtio_watch in vmlab/guest/init).
 slow_layout_watch() {
   local waited=0
   while kill -0 "$1" 2>/dev/null; do
