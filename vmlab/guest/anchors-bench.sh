@@ -37,6 +37,10 @@
 # default and what serve --nbd-device gives the kernel; with 2 the server
 # spent 40% more CPU per IO for 15% fewer IOPS, docs/BENCHMARKS.md; by
 # round as BENCH_TC_ENV: 1/2),
+# BENCH_NBD_ATTACH (who configures the kernel NBD client: nbd-client, the
+# default, or serve: `tiercache serve --nbd-device /dev/nbd0`, which also
+# sets the device's IO scheduler to none; unix socket, one connection; by
+# round as BENCH_TC_ENV: nbd-client/serve),
 # BENCH_NBD_TRANSPORT (how the kernel NBD client reaches the server: unix,
 # the default, or tcp: plain NBD on 127.0.0.1; by round as BENCH_TC_ENV:
 # unix/tcp),
@@ -48,6 +52,8 @@
 # BENCH_SCHED (an IO scheduler for the device fio runs on, e.g. none;
 # default: the kernel's choice, recorded in diskstats-<run>.txt; several
 # separated by '/' take turns by round: mq-deadline/none),
+# BENCH_TC_NICE (a nice value for every thread of the tiercache server
+# once its device is up, by round as BENCH_TC_ENV: 0/-20),
 # BENCH_TC_ENV (environment for the tiercache server, KEY=V[,KEY=V];
 # several separated by '/' take turns by round, '-' for none: for an A/B
 # of a server setting in one boot),
@@ -201,6 +207,18 @@ tiercache_setup() {
   fi
   local transport server
   transport=$(per_round "${BENCH_NBD_TRANSPORT:-unix}")
+  if [ "$(per_round "${BENCH_NBD_ATTACH:-nbd-client}")" = serve ]; then
+    "${serve[@]}" --socket "$TC_SOCKET" --nbd-device /dev/nbd0 >>"$OUT/tiercache.log" 2>&1 &
+    TC_PID=$!
+    DEV=/dev/nbd0
+    local i=0
+    while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
+      i=$((i + 1))
+      [ "$i" -lt 600 ] || fail "serve --nbd-device did not configure nbd0"
+      sleep 0.1
+    done
+    return
+  fi
   if [ "$transport" = tcp ]; then
     # The guest has no iproute2: bring the loopback interface up with
     # SIOCSIFFLAGS (IFF_UP | IFF_LOOPBACK | IFF_RUNNING); the kernel gives
@@ -219,6 +237,9 @@ tiercache_setup() {
     wait_for_path "$TC_SOCKET" 60
   fi
   nbd-client "${server[@]}" /dev/nbd0 -N default -b 4096 -t 120 -C "$(per_round "$NBD_CONNECTIONS")" >/dev/null
+  # The scheduler a fresh nbd0 has (a serve round before set none; the
+  # device and its queue outlive a connection).
+  echo mq-deadline >/sys/block/nbd0/queue/scheduler 2>/dev/null || true
   DEV=/dev/nbd0
   local i=0
   while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
@@ -235,9 +256,19 @@ tiercache_teardown() {
   for t in /proc/"$TC_PID"/task/*; do
     echo "$(cat "$t/comm") $(proc_ticks "${t#/proc/}")"
   done | sort -k2 -n -r >"$OUT/tiercache-threads-$RUN.txt" || true
-  [ "$DEV" = /dev/nbd0 ] && nbd-client -d /dev/nbd0 >/dev/null
+  # (A device the server configured itself goes with the server.)
+  [ "$DEV" = /dev/nbd0 ] && [ "$(per_round "${BENCH_NBD_ATTACH:-nbd-client}")" != serve ] &&
+    nbd-client -d /dev/nbd0 >/dev/null
   kill -TERM "$TC_PID"
   wait "$TC_PID" || true
+  if [ "$DEV" = /dev/nbd0 ]; then
+    local i=0
+    while [ "$(cat /sys/block/nbd0/size)" != 0 ]; do
+      i=$((i + 1))
+      [ "$i" -lt 100 ] || fail "nbd0 still configured 10 s after the server stopped"
+      sleep 0.1
+    done
+  fi
   rm -f "$TC_CONTROL"
   wipe "$HDD" "$SSD"
 }
@@ -381,6 +412,14 @@ run_config() {
     sched=$(per_round "$BENCH_SCHED")
     echo "$sched" >"/sys/class/block/$front/queue/scheduler" || fail "scheduler $sched on $front"
   fi
+  if [ "$kind" = tiercache ] && [ -n "${BENCH_TC_NICE:-}" ]; then
+    # Every thread the server has by now (its connection's or queue's
+    # threads included: the device is up).
+    local t
+    for t in /proc/"$TC_PID"/task/*; do
+      renice -n "$(per_round "$BENCH_TC_NICE")" -p "${t##*/}" >/dev/null || fail "renice ${t##*/}"
+    done
+  fi
   disks=$(printf '%s\n' "$front" "$(blockdev_name "$SSD")" "$(blockdev_name "$HDD")" | sort -u | tr '\n' ' ')
   make_fs "$DEV"
   if [ "$junk" = 1 ]; then
@@ -455,7 +494,8 @@ run_config() {
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_BIN:-}" ] && echo "server binary: $(per_round "$BENCH_TC_BIN")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ENV:-}" ] && echo "server environment: $(per_round "$BENCH_TC_ENV")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_ARGS:-}" ] && echo "server arguments: $(per_round "$BENCH_TC_ARGS")"
-    [ "$front" = nbd0 ] && echo "NBD connections: $(per_round "$NBD_CONNECTIONS")"
+    [ "$kind" = tiercache ] && [ -n "${BENCH_TC_NICE:-}" ] && echo "server nice: $(per_round "$BENCH_TC_NICE")"
+    [ "$front" = nbd0 ] && echo "NBD connections: $(per_round "$NBD_CONNECTIONS"), configured by $(per_round "${BENCH_NBD_ATTACH:-nbd-client}")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_CREATE_ARGS:-}" ] && echo "create arguments: $(per_round "$BENCH_TC_CREATE_ARGS")"
     echo "$front: scheduler $(cat "/sys/class/block/$front/queue/scheduler" 2>/dev/null || echo -)"
     diskstats_report "$disks_before" "$(diskstats $disks)" "$RUNTIME"

@@ -95,13 +95,16 @@ cpu_features() {
   echo "${out[*]}" | sed 's/,/, /g'
 }
 
-# thread_schedstats PID: "comm tid cpu_ns runqueue_wait_ns timeslices" per
-# thread of PID (/proc/PID/task/TID/schedstat: time on a CPU, time
-# runnable but waiting for one, times scheduled in).
+# thread_schedstats PID: "comm tid cpu_ns runqueue_wait_ns timeslices
+# voluntary involuntary" per thread of PID (/proc/PID/task/TID/schedstat:
+# time on a CPU, time runnable but waiting for one, times scheduled in;
+# /proc/PID/task/TID/status: context switches by sleeping, and by being
+# preempted). A thread that ends meanwhile is left out.
 thread_schedstats() {
-  local t
+  local t line
   for t in /proc/"$1"/task/*; do
-    echo "$(tr -d ' ' <"$t/comm") ${t##*/} $(cat "$t/schedstat" 2>/dev/null)"
+    line="$(tr -d ' ' <"$t/comm" 2>/dev/null) ${t##*/} $(cat "$t/schedstat" 2>/dev/null) $(awk '/^(non)?voluntary_ctxt_switches/ {printf "%s ", $2}' "$t/status" 2>/dev/null)" || continue
+    [ "$(echo "$line" | wc -w)" = 7 ] && echo "$line"
   done
 }
 # threads_snapshot PID: each thread of PID with its state, the kernel
@@ -121,13 +124,14 @@ threads_snapshot() {
 }
 
 # schedstats_report BEFORE AFTER IOS: per thread busy in the run, its CPU
-# time and its wait for a CPU while runnable, each per IO, and how often it
-# was scheduled in per IO (wake-ups, about); the five busiest threads.
+# time and its wait for a CPU while runnable, each per IO, how often it
+# was scheduled in per IO, and of that how often it had slept (woken) and
+# been preempted; the five busiest threads.
 schedstats_report() {
-  awk -v ios="$3" 'NR == FNR { c[$2] = $3; w[$2] = $4; n[$2] = $5; next }
-    { cpu = $3 - c[$2]; wait = $4 - w[$2]; slices = $5 - n[$2]
-      if (ios > 0 && cpu > 0) printf "%-18s cpu %7.1f us/IO  waiting for a CPU %7.1f us/IO  scheduled in %5.2f /IO\n",
-        $1, cpu / 1000 / ios, wait / 1000 / ios, slices / ios }' <(echo "$1") <(echo "$2") |
+  awk -v ios="$3" 'NR == FNR { c[$2] = $3; w[$2] = $4; n[$2] = $5; v[$2] = $6; p[$2] = $7; next }
+    ($2 in c) { cpu = $3 - c[$2]; wait = $4 - w[$2]; slices = $5 - n[$2]
+      if (ios > 0 && cpu > 0) printf "%-18s cpu %7.1f us/IO  waiting for a CPU %7.1f us/IO  scheduled in %5.2f /IO (woken %5.2f, preempted %5.2f)\n",
+        $1, cpu / 1000 / ios, wait / 1000 / ios, slices / ios, ($6 - v[$2]) / ios, ($7 - p[$2]) / ios }' <(echo "$1") <(echo "$2") |
     sort -k3 -g -r | head -n 5
 }
 
