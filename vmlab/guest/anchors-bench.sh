@@ -52,6 +52,8 @@
 # BENCH_SCHED (an IO scheduler for the device fio runs on, e.g. none;
 # default: the kernel's choice, recorded in diskstats-<run>.txt; several
 # separated by '/' take turns by round: mq-deadline/none),
+# BENCH_RQ_AFFINITY (the device's queue/rq_affinity: where completions
+# run, 1 the kernel's default; by round as BENCH_TC_ENV: 1/0),
 # BENCH_TC_NICE (a nice value for every thread of the tiercache server
 # once its device is up, by round as BENCH_TC_ENV: 0/-20),
 # BENCH_TC_ENV (environment for the tiercache server, KEY=V[,KEY=V];
@@ -276,6 +278,12 @@ tiercache_teardown() {
 # cpu_ticks: "busy idle" clock ticks of all CPUs so far (/proc/stat;
 # iowait counts as idle).
 cpu_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
+# ipi_counts: "function_calls reschedules" interrupts between CPUs so far,
+# all CPUs (/proc/interrupts: CAL, RES).
+ipi_counts() {
+  awk '$1 == "CAL:" || $1 == "RES:" { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i; v[$1] = n }
+    END { print v["CAL:"] + 0, v["RES:"] + 0 }' /proc/interrupts
+}
 # proc_ticks PID: user + system clock ticks of a process, all its threads.
 proc_ticks() { awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
 
@@ -412,6 +420,9 @@ run_config() {
     sched=$(per_round "$BENCH_SCHED")
     echo "$sched" >"/sys/class/block/$front/queue/scheduler" || fail "scheduler $sched on $front"
   fi
+  if [ -n "${BENCH_RQ_AFFINITY:-}" ] && [ -e "/sys/class/block/$front/queue/rq_affinity" ]; then
+    echo "$(per_round "$BENCH_RQ_AFFINITY")" >"/sys/class/block/$front/queue/rq_affinity" || fail "rq_affinity on $front"
+  fi
   if [ "$kind" = tiercache ] && [ -n "${BENCH_TC_NICE:-}" ]; then
     # Every thread the server has by now (its connection's or queue's
     # threads included: the device is up).
@@ -454,6 +465,8 @@ run_config() {
     sleep 3
   fi
   disks_before=$(diskstats $disks)
+  local ipis_before
+  ipis_before=$(ipi_counts)
   local threads_before="" moves_before=""
   if [ "$kind" = tiercache ]; then
     threads_before=$(thread_schedstats "$TC_PID")
@@ -497,8 +510,10 @@ run_config() {
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_NICE:-}" ] && echo "server nice: $(per_round "$BENCH_TC_NICE")"
     [ "$front" = nbd0 ] && echo "NBD connections: $(per_round "$NBD_CONNECTIONS"), configured by $(per_round "${BENCH_NBD_ATTACH:-nbd-client}")"
     [ "$kind" = tiercache ] && [ -n "${BENCH_TC_CREATE_ARGS:-}" ] && echo "create arguments: $(per_round "$BENCH_TC_CREATE_ARGS")"
-    echo "$front: scheduler $(cat "/sys/class/block/$front/queue/scheduler" 2>/dev/null || echo -)"
+    echo "$front: scheduler $(cat "/sys/class/block/$front/queue/scheduler" 2>/dev/null || echo -), rq_affinity $(cat "/sys/class/block/$front/queue/rq_affinity" 2>/dev/null || echo -)"
     diskstats_report "$disks_before" "$(diskstats $disks)" "$RUNTIME"
+    echo "$ipis_before $(ipi_counts) $(awk -F';' '/^3;/ {print $8 * '"$RUNTIME"'}' "$OUT/fio-$RUN.out")" |
+      awk '$5 > 0 {printf "IPIs per IO: function calls %.2f, reschedules %.2f\n", ($3 - $1) / $5, ($4 - $2) / $5}'
     if [ -n "$moves_before" ]; then
       echo "before: $moves_before" | tr '\n' ' '
       echo
