@@ -129,7 +129,7 @@ threads_snapshot() {
 # been preempted; the five busiest threads.
 schedstats_report() {
   awk -v ios="$3" 'NR == FNR { c[$2] = $3; w[$2] = $4; n[$2] = $5; v[$2] = $6; p[$2] = $7; next }
-    ($2 in c) { cpu = $3 - c[$2]; wait = $4 - w[$2]; slices = $5 - n[$2]
+    { cpu = $3 - c[$2]; wait = $4 - w[$2]; slices = $5 - n[$2]
       if (ios > 0 && cpu > 0) printf "%-18s cpu %7.1f us/IO  waiting for a CPU %7.1f us/IO  scheduled in %5.2f /IO (woken %5.2f, preempted %5.2f)\n",
         $1, cpu / 1000 / ios, wait / 1000 / ios, slices / ios, ($6 - v[$2]) / ios, ($7 - p[$2]) / ios }' <(echo "$1") <(echo "$2") |
     sort -k3 -g -r | head -n 5
