@@ -63,6 +63,7 @@
 //! [`UblkServer::start`] (and [`check_kernel_support`]) fail with
 //! [`StartError::NoKernelSupport`], whose message says what to do.
 
+mod added;
 mod device_queue;
 mod direct;
 mod fixed_buffers;
@@ -77,4 +78,6 @@ mod start_error;
 mod tag_buffers;
 mod zero_copy;
 
-pub use server::{check_kernel_support, StartError, UblkConfig, UblkServer, CONTROL_PATH};
+pub use server::{
+    check_kernel_support, AddedDevice, StartError, UblkConfig, UblkServer, CONTROL_PATH,
+};

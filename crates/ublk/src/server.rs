@@ -2,10 +2,11 @@
 //! server left, see [`crate::recovery`]), run its queues, then delete it
 //! or hand it over to the next server.
 
+pub use crate::added::AddedDevice;
 use crate::device_queue::{next_request, DeviceQueue};
 use crate::direct::{direct_miss, direct_read, TagBuffer};
 use crate::fixed_buffers::{self, FixedTable, TagPinned, TagScratch};
-use crate::params::{device_params, Geometry};
+use crate::params::Geometry;
 use crate::pool::{Completion, Submitter, WorkerPool};
 use crate::queue_thread::{queue_thread, ThreadCtx};
 use crate::request::{decode, execute, execute_if_quick, Request};
@@ -188,116 +189,50 @@ impl UblkServer {
     /// quiesced, takes that device over instead (its queues, depth and IO
     /// size win over `cfg`; its size and block size must match the
     /// export's); a device served by a live process is refused
-    /// ([`StartError::Busy`]).
+    /// ([`StartError::Busy`]). The same as [`AddedDevice::add`] followed
+    /// by [`UblkServer::start_added`].
     pub fn start(export: Arc<dyn Export>, cfg: &UblkConfig) -> Result<UblkServer, StartError> {
-        check_kernel_support()?;
-        if !(1..=32).contains(&cfg.queues) {
-            return Err(StartError::Config(format!(
-                "{} queues (1 to 32)",
-                cfg.queues
-            )));
-        }
-        if !(1..=4096).contains(&cfg.depth) {
-            return Err(StartError::Config(format!(
-                "queue depth {} (1 to 4096)",
-                cfg.depth
-            )));
-        }
-        let (params, geometry) = device_params(&*export, cfg.max_io_bytes.min(32 << 20))
-            .map_err(StartError::Geometry)?;
-        let existing = match cfg.dev_id {
-            Some(id) => crate::recovery::probe(id)?,
-            None => crate::recovery::Existing::Absent,
-        };
-        let mut cfg = cfg.clone();
-        let recovered = match existing {
-            crate::recovery::Existing::Absent => false,
-            crate::recovery::Existing::Recoverable {
-                queues,
-                depth,
-                max_io_bytes,
-                size,
-                logical_block,
-            } => {
-                let want = params.basic.dev_sectors << crate::request::SECTOR_SHIFT;
-                if size != want || logical_block != geometry.logical_block {
-                    return Err(StartError::Busy(format!(
-                        "/dev/ublkb{} waits for a server, but not for this one: it has {size} \
-                         bytes in {logical_block}-byte blocks, this export {want} bytes in {}-byte \
-                         blocks",
-                        cfg.dev_id.unwrap_or_default(),
-                        geometry.logical_block
-                    )));
-                }
-                cfg.queues = queues;
-                cfg.depth = depth;
-                cfg.max_io_bytes = max_io_bytes;
-                true
-            }
-        };
-        let ctrl = if recovered {
-            let id = cfg.dev_id.unwrap_or_default();
-            crate::recovery::start(id)?;
-            UblkCtrlBuilder::default()
-                .name("tiercache")
-                .id(id as i32)
-                .nr_queues(cfg.queues)
-                .depth(cfg.depth)
-                .io_buf_bytes(cfg.max_io_bytes)
-                .ctrl_flags(crate::recovery::RECOVERY_FLAGS)
-                .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
-                .build()
-                .map_err(|e| {
-                    StartError::Driver(format!("recovering the device: {}", describe(&e)))
-                })?
-        } else {
-            let base_flags = if cfg.recovery {
-                crate::recovery::RECOVERY_FLAGS
-            } else {
-                0
-            };
-            let add = |flags: u64| {
+        UblkServer::start_added(AddedDevice::add(export, cfg)?)
+    }
+
+    /// Starts a device whose number [`AddedDevice::add`] fixed: takes it
+    /// over (START_USER_RECOVERY) if a dead server left it, opens
+    /// `/dev/ublkcN`, posts its queues' tags and starts it; returns once
+    /// `/dev/ublkbN` exists and serves IO. Any thread may call it, for
+    /// several devices at once. On an error nothing is left served: a
+    /// device added is deleted, one being taken over is left to the next
+    /// server.
+    pub fn start_added(mut added: AddedDevice) -> Result<UblkServer, StartError> {
+        let t0 = std::time::Instant::now();
+        // Control commands go through the calling thread's own ring.
+        ensure_ctrl_ring()
+            .map_err(|e| StartError::Driver(format!("control ring: {}", describe(&e))))?;
+        let recovered = added.recovered();
+        let (cfg, params, geometry) = (added.cfg.clone(), added.params, added.geometry);
+        let (export, add_took) = (added.export.clone(), added.took);
+        let ctrl = match added.ctrl.take() {
+            Some(ctrl) => ctrl,
+            None => {
+                let id = added.dev_id;
+                crate::recovery::start(id)?;
                 UblkCtrlBuilder::default()
                     .name("tiercache")
-                    .id(cfg.dev_id.map_or(-1, |id| id as i32))
+                    .id(id as i32)
                     .nr_queues(cfg.queues)
                     .depth(cfg.depth)
-                    .io_buf_bytes(geometry.max_io_bytes)
-                    .ctrl_flags(flags)
-                    .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+                    .io_buf_bytes(cfg.max_io_bytes)
+                    .ctrl_flags(crate::recovery::RECOVERY_FLAGS)
+                    .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
                     .build()
-            };
-            let mut zero_copy = None;
-            if cfg.zero_copy {
-                let features = UblkCtrl::get_features().unwrap_or(0);
-                if features & crate::zero_copy::F_AUTO_BUF_REG == 0 {
-                    log::info!(
-                        "ublk: this kernel cannot register requests' pages (Linux 6.16); copying"
-                    );
-                } else {
-                    for flags in crate::zero_copy::ZERO_COPY_FLAGS {
-                        match add(base_flags | flags) {
-                            Ok(ctrl) => {
-                                zero_copy = Some(ctrl);
-                                break;
-                            }
-                            Err(e) => log::info!(
-                                "ublk: zero-copy flags {flags:#x} refused: {}",
-                                describe(&e)
-                            ),
-                        }
-                    }
-                }
-            }
-            match zero_copy {
-                Some(ctrl) => ctrl,
-                None => add(base_flags).map_err(|e| {
-                    StartError::Driver(format!("adding the device: {}", describe(&e)))
-                })?,
+                    .map_err(|e| {
+                        StartError::Driver(format!("recovering the device: {}", describe(&e)))
+                    })?
             }
         };
+        drop(added);
         let ctrl = Arc::new(ctrl);
         let dev_id = ctrl.dev_info().dev_id;
+        let recovering = t0.elapsed();
         let pool = WorkerPool::new(cfg.worker_count(), "ublk-io")
             .map_err(|e| StartError::Driver(format!("starting worker threads: {e}")))?;
         let dev_size = params.basic.dev_sectors << crate::request::SECTOR_SHIFT;
@@ -313,6 +248,7 @@ impl UblkServer {
         )
         .map_err(|e| StartError::Driver(format!("opening the device: {}", describe(&e))))?;
         let dev = Arc::new(dev);
+        let opened = t0.elapsed();
         let nr_queues = dev.dev_info.nr_hw_queues;
         let shared = Arc::new(Shared {
             export,
@@ -371,11 +307,35 @@ impl UblkServer {
         for _ in 0..nr_queues {
             dev.notify_buffer_registration_complete(false);
         }
+        let posted = t0.elapsed();
         let started = ensure_ctrl_ring().and_then(|()| server.ctrl.start_dev(&dev));
         drop(dev);
         match started {
             Ok(_) => {
+                let start_dev = t0.elapsed();
                 tiercache_frontend::prefer_no_scheduler(&format!("ublkb{dev_id}"));
+                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                log::debug!(
+                    "ublk{dev_id}: started in {:.1} ms: {} {:.1} ms; then {}opening \
+                     /dev/ublkc{dev_id} {:.1} ms, posting the tags {:.1} ms, START_DEV {:.1} ms, \
+                     IO scheduler {:.1} ms",
+                    ms(add_took + t0.elapsed()),
+                    if recovered {
+                        "probe"
+                    } else {
+                        "checks and ADD_DEV"
+                    },
+                    ms(add_took),
+                    if recovered {
+                        format!("START_USER_RECOVERY {:.1} ms, ", ms(recovering))
+                    } else {
+                        String::new()
+                    },
+                    ms(opened - recovering),
+                    ms(posted - opened),
+                    ms(start_dev - posted),
+                    ms(t0.elapsed() - start_dev)
+                );
                 if crate::zero_copy::is_zero_copy(server.ctrl.dev_info().flags) {
                     let (release, safe) = crate::zero_copy::running_kernel();
                     if *safe {
@@ -535,7 +495,7 @@ impl Drop for UblkServer {
 
 /// libublk sends control commands through a ring of the calling thread,
 /// made by its constructors; this makes one on a thread that has none.
-fn ensure_ctrl_ring() -> Result<(), UblkError> {
+pub(crate) fn ensure_ctrl_ring() -> Result<(), UblkError> {
     libublk::ublk_init_ctrl_task_ring(|ring| {
         if ring.is_none() {
             *ring = Some(io_uring::IoUring::builder().build(16)?);
