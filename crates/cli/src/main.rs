@@ -5,6 +5,7 @@ mod devices;
 mod export;
 mod kernel_nbd;
 mod open_files;
+mod parallel;
 mod pool;
 mod recording;
 mod serve;
