@@ -49,7 +49,11 @@
 //! # Lifetime
 //!
 //! [`UblkServer::start`] adds and starts the device and returns once it
-//! serves IO; [`UblkServer::stop`] stops it (requests in flight finish),
+//! serves IO. It is two steps, which a server of many devices takes apart:
+//! [`AddedDevice::add`] fixes the device's number (one device after
+//! another, so that the numbers the kernel picks follow their order), and
+//! [`UblkServer::start_added`] does the rest, on any thread, several
+//! devices at once. [`UblkServer::stop`] stops it (requests in flight finish),
 //! waits for the queues and workers, and deletes it. Unmount file systems
 //! on the device before stopping it: a mounted file system on a device
 //! whose server is gone only gets IO errors.
