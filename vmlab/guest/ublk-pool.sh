@@ -214,13 +214,23 @@ for i in $(seq 1 $IDLE); do
   [ -n "$dev" ] || { cat "$OUT/attach-idle.txt"; fail "attach did not name idle$i's device"; }
   wait_for_path "$dev" 30
 done
-sleep 1
-pin1=$(proc_status "$TC_PID" VmPin) rss1=$(proc_status "$TC_PID" VmRSS) threads1=$(proc_status "$TC_PID" Threads)
-step "after a-d's IO: ${pin0} KiB pinned, ${rss0} KiB resident, $threads0 threads; with $IDLE idle devices more: ${pin1} KiB, ${rss1} KiB, $threads1 threads"
 # Each queue's tag buffers are registered (pinned) as their reads need
 # them: registered whole at start, these queues of depth 32 pinned
-# 16 MiB each.
-[ $((pin1 - pin0)) -le $((IDLE * 256)) ] || fail "$IDLE idle devices pinned $((pin1 - pin0)) KiB (at most 256 KiB each)"
+# 16 MiB each. An idle device still serves the kernel's probe of a new
+# disk (normally 60 KiB pinned each), and io_uring releases a replaced
+# registration only when its last request's reference goes, so the
+# pinned total is sampled for up to 5 s and its lowest kept: once in
+# ci90 one sample was 2 MiB above the usual +480 KiB, and a rerun was not.
+pin1=
+for _ in $(seq 1 10); do
+  sleep 0.5
+  pin=$(proc_status "$TC_PID" VmPin)
+  if [ -z "$pin1" ] || [ "$pin" -lt "$pin1" ]; then pin1=$pin; fi
+  [ $((pin1 - pin0)) -le $((IDLE * 256)) ] && break
+done
+rss1=$(proc_status "$TC_PID" VmRSS) threads1=$(proc_status "$TC_PID" Threads)
+step "after a-d's IO: ${pin0} KiB pinned, ${rss0} KiB resident, $threads0 threads; with $IDLE idle devices more: ${pin1} KiB, ${rss1} KiB, $threads1 threads"
+[ $((pin1 - pin0)) -le $((IDLE * 512)) ] || fail "$IDLE idle devices pinned $((pin1 - pin0)) KiB (at most 512 KiB each, against 16 MiB if registered whole)"
 [ $((rss1 - rss0)) -le $((IDLE * 1024)) ] || fail "$IDLE idle devices added $((rss1 - rss0)) KiB resident (at most 1 MiB each)"
 [ "$threads1" -le $((threads0 + 2)) ] || fail "$IDLE idle devices added threads: $threads0 -> $threads1"
 for i in $(seq 1 $IDLE); do
