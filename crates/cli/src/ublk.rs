@@ -18,7 +18,7 @@ use std::sync::Arc;
 use tiercache_frontend::Export;
 
 /// `--ublk-queues`, `--ublk-depth`, `--ublk-id` (None: the defaults of
-/// `tiercache_ublk::UblkConfig`, i.e. CPUs up to 4 queues, depth 64, the
+/// `tiercache_ublk::UblkConfig`, i.e. one queue, depth 64, the
 /// device number in `state_file`, else one the kernel picks),
 /// `--ublk-no-recovery` (`recovery` false). The same for every device of
 /// a pool, but `id`, which is for a pool of one (a pool's volumes give
