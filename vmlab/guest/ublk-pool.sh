@@ -217,10 +217,11 @@ done
 # Each queue's tag buffers are registered (pinned) as their reads need
 # them: registered whole at start, these queues of depth 32 pinned
 # 16 MiB each. An idle device still serves the kernel's probe of a new
-# disk (normally 60 KiB pinned each), and io_uring releases a replaced
-# registration only when its last request's reference goes, so the
-# pinned total is sampled for up to 5 s and its lowest kept: once in
-# ci90 one sample was 2 MiB above the usual +480 KiB, and a rerun was not.
+# disk (normally 60 KiB pinned each). Once, in ci90, one sample was
+# 2 MiB above the usual +480 KiB and a rerun was not; the cause is not
+# known (io_uring may release a replaced registration late, or a probe
+# may have read more). So the pinned total is sampled for up to 5 s and
+# its lowest sample kept.
 pin1=
 for _ in $(seq 1 10); do
   sleep 0.5
