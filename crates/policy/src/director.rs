@@ -793,6 +793,8 @@ impl Director {
         debug_assert_eq!(oblock.volume(), io.volume, "a block of another volume");
         self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
+        let fills_on_miss = !io.bypass && mode != CacheMode::PassThrough;
+        self.replacement.observe(oblock, fills_on_miss, now);
         if let Some(c) = self.replacement.lookup(oblock) {
             if mode == CacheMode::PassThrough && !self.replacement.is_dirty(oblock) {
                 self.count(io.volume, |c| c.read_misses += 1);
@@ -854,6 +856,8 @@ impl Director {
             let key = OriginBlock::of(req.volume, b);
             debug_assert_eq!(self.read_hit_slot(key), Some(c), "{key} is no hit on {c}");
             self.note_reference(key, io.bypass);
+            let fills_on_miss = !io.bypass && self.mode_of(key) != CacheMode::PassThrough;
+            self.replacement.observe(key, fills_on_miss, now);
             self.record_read_hit(&mut io, key, c, now);
         }
         self.finish(io);
@@ -897,6 +901,10 @@ impl Director {
         debug_assert_eq!(before, self.before(oblock), "{oblock} changed since");
         self.note_reference(oblock, io.bypass);
         let mode = self.mode_of(oblock);
+        let fills_on_miss = !io.bypass
+            && full_block
+            && matches!(mode, CacheMode::WriteBack | CacheMode::WriteThrough);
+        self.replacement.observe(oblock, fills_on_miss, now);
         if let Some(c) = before.cached {
             let dirty = before.dirty;
             let plan = match mode {
@@ -1332,6 +1340,81 @@ mod tests {
             v
         };
         assert_eq!(resident(&by_io), resident(&by_hits));
+    }
+
+    /// An LRU that logs what [`Replacement::observe`] is told.
+    struct Observed {
+        lru: crate::Lru,
+        log: std::sync::Arc<std::sync::Mutex<Vec<(u64, bool)>>>,
+    }
+
+    impl Replacement for Observed {
+        fn kind(&self) -> ReplacementKind {
+            ReplacementKind::Lru
+        }
+        fn slots(&self) -> &crate::SlotTable {
+            self.lru.slots()
+        }
+        fn observe(&mut self, oblock: OriginBlock, fills_on_miss: bool, _now: Time) {
+            self.log.lock().unwrap().push((oblock.0, fills_on_miss));
+        }
+        fn touch(&mut self, oblock: OriginBlock, access: Access, now: Time) {
+            self.lru.touch(oblock, access, now)
+        }
+        fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
+            self.lru.insert(oblock, now)
+        }
+        fn restore(&mut self, o: OriginBlock, c: CacheBlock, dirty: bool, hint: u8) -> bool {
+            self.lru.restore(o, c, dirty, hint)
+        }
+        fn remove(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
+            self.lru.remove(oblock)
+        }
+        fn set_dirty(&mut self, oblock: OriginBlock, dirty: bool) {
+            self.lru.set_dirty(oblock, dirty)
+        }
+        fn peek_victim(&self) -> Option<OriginBlock> {
+            self.lru.peek_victim()
+        }
+        fn memory_bytes(&self) -> usize {
+            self.lru.memory_bytes()
+        }
+    }
+
+    /// Every reference reaches `observe`, hits and misses, with whether a
+    /// miss of it fills: the write misses that fill nothing too (a stream
+    /// model that never saw them would take a write-heavy trace for a
+    /// read-mostly one).
+    #[test]
+    fn every_reference_is_observed_with_whether_a_miss_fills() {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let replacement = Box::new(Observed {
+            lru: crate::Lru::new(16),
+            log: log.clone(),
+        });
+        let cfg = DirectorConfig::new(16, 4096);
+        let mut d = Director::from_parts(&cfg, replacement, Box::new(crate::AlwaysAdmit));
+        let now = Time(0);
+        let plan = |d: &mut Director, access, block: u64, full: bool| {
+            let mut io = d.begin(VolumeId(0), block * 4096, 4096, access, now);
+            let o = OriginBlock(block);
+            match access {
+                Access::Read => drop(d.plan_read(&mut io, o, now)),
+                Access::Write => drop(d.plan_write(&mut io, o, full, now)),
+            }
+            d.finish(io);
+        };
+        plan(&mut d, Access::Read, 1, true); // a read miss, filled
+        plan(&mut d, Access::Read, 1, true); // a read hit
+        plan(&mut d, Access::Write, 2, false); // part of a block: no fill
+        plan(&mut d, Access::Write, 3, true); // a whole block: filled
+        plan(&mut d, Access::Write, 1, false); // a write hit
+        assert_eq!(
+            *log.lock().unwrap(),
+            vec![(1, true), (1, true), (2, false), (3, true), (1, false)]
+        );
+        assert_eq!(d.counters().write_misses, 2);
+        assert!(d.lookup(OriginBlock(3)).is_some() && d.lookup(OriginBlock(2)).is_none());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! exactly on read-only traces: `tools/compare_libcachesim.py`). Admission:
 //! [`AlwaysAdmit`] (the default), [`NHitAdmit`] (Open CAS), [`HotspotAdmit`]
 //! (after smq's hotspot queue). RAM per cache block at 1M blocks: adaptive
-//! 24.6 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
+//! 24.8 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
 //! hotspot 22.1 B, lru 21.7 B, fifo 21.7 B, sieve 21.8 B, s3fifo 41.5 B,
 //! arc 43.4 B (`cargo bench -p tiercache-policy`).
 //!
@@ -117,6 +117,17 @@ pub trait Replacement: Send {
     fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
         let _ = cblock;
         self.touch(oblock, access, now);
+    }
+
+    /// Every block reference the director plans, hit or miss, before it is
+    /// served: `fills_on_miss` says whether a miss of it would be filled
+    /// (a read not bypassed; a write covering the whole block that the
+    /// mode lets allocate). For a policy that models the request stream
+    /// as the cache sees it ([`crate::Adaptive`]'s mini-caches, which
+    /// must also see the write misses that fill nothing); the others
+    /// ignore it.
+    fn observe(&mut self, oblock: OriginBlock, fills_on_miss: bool, now: Time) {
+        let _ = (oblock, fills_on_miss, now);
     }
 
     /// Makes `oblock` resident. Caller guarantees it is not resident. Evicts
@@ -283,6 +294,7 @@ impl PolicyConfig {
 #[cfg(test)]
 pub(crate) fn test_access(p: &mut dyn Replacement, o: u64) -> bool {
     let o = OriginBlock(o);
+    p.observe(o, true, Time(0));
     if p.lookup(o).is_some() {
         p.touch(o, Access::Read, Time(0));
         true

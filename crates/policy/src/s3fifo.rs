@@ -364,6 +364,23 @@ impl S3Fifo {
         }
     }
 
+    /// [`S3Fifo::access`] of a reference whose miss may fill nothing (a
+    /// write of part of a block, a bypassed read): then a miss changes
+    /// nothing.
+    pub fn reference(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) -> bool {
+        if fills_on_miss {
+            return self.access(o, now);
+        }
+        match self.slots.lookup(o) {
+            Some(c) => {
+                let f = self.freq(c);
+                self.set_freq(c, f.saturating_add(1));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The first block in `list` order, among the first `PEEK_SCAN`, with
     /// the lowest `key`; stops at the first with key 0.
     fn scan_min(&self, list: u8, key: impl Fn(u8) -> u8) -> Option<CacheBlock> {
@@ -523,6 +540,18 @@ impl Replacement for S3Fifo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reference whose miss fills nothing counts a hit on a resident
+    /// block as `access` does, and leaves a missing one out.
+    #[test]
+    fn a_reference_that_fills_nothing_inserts_nothing() {
+        let mut s = S3Fifo::compact(8, 0.25);
+        assert!(!s.reference(OriginBlock(1), false, Time(0)));
+        assert!(s.lookup(OriginBlock(1)).is_none());
+        assert!(!s.reference(OriginBlock(1), true, Time(0)));
+        assert!(s.reference(OriginBlock(1), false, Time(0)));
+        assert_eq!(s.len(), 1);
+    }
 
     use crate::test_access as get;
 
