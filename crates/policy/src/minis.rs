@@ -169,7 +169,7 @@ impl Minis {
 
     /// Moves towards the mini with the fewest windowed misses (ties keep
     /// the chosen one): towards frequency straight to it, towards recency
-    /// one candidate, and only if the [`StepTrial`] says that step pays.
+    /// one candidate, and only if the `StepTrial` says that step pays.
     /// Then decays the windows and starts the next trial.
     fn end_epoch(&mut self) {
         let mut best = self.chosen;
@@ -207,7 +207,7 @@ pub struct MiniFeed {
 
 impl MiniFeed {
     /// Minis built by `build(i)` for candidate `i` (`count` of them),
-    /// `configure` changing a mini's candidate (for the [`StepTrial`]),
+    /// `configure` changing a mini's candidate (for the `StepTrial`),
     /// epochs of `epoch_len` sampled accesses, starting at candidate
     /// `start`.
     pub fn new(
