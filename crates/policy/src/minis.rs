@@ -334,15 +334,20 @@ mod tests {
         }
     }
 
+    /// [`minis`] after its epoch ends.
+    fn after_epoch(windowed: [f64; 4], stay: f64, step: f64) -> Minis {
+        let mut m = minis(windowed, stay, step);
+        m.end_epoch();
+        m
+    }
+
     #[test]
     fn a_step_towards_recency_is_taken_only_when_the_trial_pays() {
         // The fixed minis point up; the step missed more than staying.
-        let mut m = minis([50.0, 50.0, 50.0, 40.0], 100.0, 101.0);
-        m.end_epoch();
+        let m = after_epoch([50.0, 50.0, 50.0, 40.0], 100.0, 101.0);
         assert_eq!(m.chosen, 2);
         // The same, but the step missed no more.
-        let mut m = minis([50.0, 50.0, 50.0, 40.0], 100.0, 100.0);
-        m.end_epoch();
+        let m = after_epoch([50.0, 50.0, 50.0, 40.0], 100.0, 100.0);
         assert_eq!(m.chosen, 3);
         // At the last candidate there is no step to try.
         assert!(m.trial.step.is_none() && m.trial.stay.misses == 0.0);
@@ -350,26 +355,22 @@ mod tests {
 
     #[test]
     fn a_move_towards_frequency_goes_straight_to_the_best_untried() {
-        let mut m = minis([40.0, 50.0, 50.0, 50.0], 100.0, 0.0);
-        m.end_epoch();
+        let m = after_epoch([40.0, 50.0, 50.0, 50.0], 100.0, 0.0);
         assert_eq!(m.chosen, 0);
-        let mut m = minis([50.0, 40.0, 50.0, 50.0], 100.0, 0.0);
-        m.end_epoch();
+        let m = after_epoch([50.0, 40.0, 50.0, 50.0], 100.0, 0.0);
         assert_eq!(m.chosen, 1);
         // The next trial starts from there, its step one candidate up.
         assert_eq!(m.trial.stay.misses, 0.0);
         assert!(m.trial.step.as_ref().is_some_and(|s| s.misses == 0.0));
         // Ties keep the candidate, whatever the trial says.
-        let mut m = minis([50.0; 4], 100.0, 0.0);
-        m.end_epoch();
+        let m = after_epoch([50.0; 4], 100.0, 0.0);
         assert_eq!(m.chosen, 2);
     }
 
     /// The windows decay every epoch, by WINDOW_DECAY.
     #[test]
     fn the_windows_decay_at_each_epoch() {
-        let mut m = minis([50.0, 50.0, 50.0, 40.0], 100.0, 101.0);
-        m.end_epoch();
+        let m = after_epoch([50.0, 50.0, 50.0, 40.0], 100.0, 101.0);
         assert_eq!(m.minis[3].misses, 40.0 * WINDOW_DECAY);
     }
 }
