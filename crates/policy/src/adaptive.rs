@@ -218,15 +218,6 @@ impl Adaptive {
         self.threshold == u64::MAX || sample_hash(o.0) < self.threshold
     }
 
-    /// Feeds one reference of `o` to the mini-caches if `o` is sampled.
-    fn feed(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) {
-        if self.sampled(o) {
-            if let Some(chosen) = self.minis.access(o, fills_on_miss, now) {
-                self.follow(chosen);
-            }
-        }
-    }
-
     /// Moves the live cache to the candidate the minis chose (towards
     /// recency one step from the current one at most: an epoch is longer
     /// than a batch).
@@ -257,8 +248,13 @@ impl Replacement for Adaptive {
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
         self.live.insert(oblock, now)
     }
-    fn observe(&mut self, oblock: OriginBlock, fills_on_miss: bool, now: Time) {
-        self.feed(oblock, fills_on_miss, now);
+    /// Feeds the reference to the mini-caches if the block is sampled.
+    fn observe(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) {
+        if self.sampled(o) {
+            if let Some(chosen) = self.minis.access(o, fills_on_miss, now) {
+                self.follow(chosen);
+            }
+        }
     }
     fn restore(&mut self, oblock: OriginBlock, cblock: CacheBlock, dirty: bool, hint: u8) -> bool {
         self.live.restore(oblock, cblock, dirty, hint)

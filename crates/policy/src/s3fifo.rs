@@ -354,30 +354,22 @@ impl S3Fifo {
     /// hit. The same as `lookup` then `touch` or `insert` (the
     /// mini-caches of [`crate::Adaptive`] run this).
     pub fn access(&mut self, o: OriginBlock, now: Time) -> bool {
-        if let Some(c) = self.slots.lookup(o) {
-            let f = self.freq(c);
-            self.set_freq(c, f.saturating_add(1));
-            true
-        } else {
-            self.insert(o, now);
-            false
-        }
+        self.reference(o, true, now)
     }
 
     /// [`S3Fifo::access`] of a reference whose miss may fill nothing (a
     /// write of part of a block, a bypassed read): then a miss changes
     /// nothing.
     pub fn reference(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) -> bool {
-        if fills_on_miss {
-            return self.access(o, now);
-        }
-        match self.slots.lookup(o) {
-            Some(c) => {
-                let f = self.freq(c);
-                self.set_freq(c, f.saturating_add(1));
-                true
+        if let Some(c) = self.slots.lookup(o) {
+            let f = self.freq(c);
+            self.set_freq(c, f.saturating_add(1));
+            true
+        } else {
+            if fills_on_miss {
+                self.insert(o, now);
             }
-            None => false,
+            false
         }
     }
 
