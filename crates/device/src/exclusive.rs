@@ -65,16 +65,25 @@ impl Drop for ExclusiveLock {
 /// killed server's lock outlives it until its last IO in flight in the
 /// kernel (an io_uring read of the device) lets go of the file, and the
 /// next server started at once must not fail on that.
+///
+/// Any other holder is waited for up to [`FORK_WINDOW_WAIT`] before it is
+/// named: a `flock` belongs to the open file, and a descriptor is copied
+/// into every child forked while it is open, until that child's `exec`
+/// closes it. A process whose other threads spawn commands (a test
+/// harness, a bench driving fio) can thus hold, for an instant, the lock of
+/// a device it has already closed, and the next open of that device, in
+/// it or in a child it has just started, must not fail on that.
 pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<ExclusiveLock> {
-    let deadline = std::time::Instant::now() + DEAD_HOLDER_WAIT;
+    let start = std::time::Instant::now();
     loop {
+        let waited = start.elapsed();
         match try_lock_exclusive(file, path) {
-            Err(Busy::DeadHolder(_)) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            Err(Busy::DeadHolder(e) | Busy::Other(e)) => return Err(e),
             Ok(lock) => return Ok(lock),
+            Err(Busy::DeadHolder(_)) if waited < DEAD_HOLDER_WAIT => {}
+            Err(Busy::Held(_)) if waited < FORK_WINDOW_WAIT => {}
+            Err(Busy::DeadHolder(e) | Busy::Held(e) | Busy::Other(e)) => return Err(e),
         }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
@@ -82,10 +91,21 @@ pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<ExclusiveLo
 /// exited.
 pub(crate) const DEAD_HOLDER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long [`lock_exclusive`] waits for a live holder (or one it cannot
+/// name) before refusing: far longer than a fork's copy of a descriptor
+/// lives before its `exec`, and short enough for a second server to be
+/// refused at once to a human.
+pub(crate) const FORK_WINDOW_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why [`try_lock_exclusive`] failed.
 enum Busy {
     /// `/proc/locks` names a holder that no longer exists.
     DeadHolder(io::Error),
+    /// Another open file holds the lock: another process, or a child
+    /// between its fork and its exec.
+    Held(io::Error),
+    /// This process holds the lock through another open device, or the
+    /// lock could not be tried at all.
     Other(io::Error),
 }
 
@@ -149,7 +169,7 @@ fn try_lock_exclusive(file: &File, path: &Path) -> Result<ExclusiveLock, Busy> {
     Err(if dead {
         Busy::DeadHolder(e)
     } else {
-        Busy::Other(e)
+        Busy::Held(e)
     })
 }
 

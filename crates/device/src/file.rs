@@ -541,6 +541,50 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_copied_into_a_forked_child_does_not_refuse_the_next_open() {
+        // Other threads spawn commands all along: each fork copies the
+        // descriptors open at that instant, and with them the lock, until
+        // its exec. Closing and reopening the device must still succeed,
+        // however many spawns overlap the reopens.
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let dir = tmpdir();
+        let p = dir.path().join("dev.img");
+        drop(FileDevice::create(&p, 1 << 20).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let spawned = Arc::new(AtomicU64::new(0));
+        let spawners: Vec<_> = (0..2)
+            .map(|_| {
+                let (stop, spawned) = (stop.clone(), spawned.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::process::Command::new("true").status().unwrap();
+                        spawned.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        while spawned.load(Ordering::Relaxed) < 2 {
+            std::thread::yield_now();
+        }
+        let (mut opens, mut refused) = (0, Vec::new());
+        while opens < 300 || spawned.load(Ordering::Relaxed) < 300 {
+            if let Err(e) = FileDevice::open(&p) {
+                refused.push(e.to_string());
+            }
+            opens += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        spawners.into_iter().for_each(|t| t.join().unwrap());
+        assert!(
+            refused.is_empty(),
+            "{} of {opens} opens refused: {:?}",
+            refused.len(),
+            refused.first()
+        );
+    }
+
+    #[test]
     fn create_write_read_discard() {
         let dir = tmpdir();
         let p = dir.path().join("dev.img");
