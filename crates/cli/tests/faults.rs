@@ -129,6 +129,33 @@ fn sha(path: &Path) -> Vec<u8> {
         .collect()
 }
 
+/// [`sha`] of the cache file of `s` once the server has cleaned every
+/// dirty block and the file has stopped changing (the same over 1 s).
+fn settled_sha(s: &Served, cache: &Path) -> Vec<u8> {
+    let start = std::time::Instant::now();
+    while s.stats()["decisions"]["dirty"].as_u64() != Some(0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never clean: {}",
+            s.stats()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut last = sha(cache);
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = sha(cache);
+        if now == last {
+            return now;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the cache file never settled"
+        );
+        last = now;
+    }
+}
+
 fn check_cache(cache: &str) -> (bool, String) {
     let out = output(
         tiercache()
@@ -489,7 +516,9 @@ fn a_second_server_on_a_served_cache_or_backing_device_is_refused() {
         &format!("{PY_BLOCK}h.pwrite(blk(1, 1), 4096)\nh.flush()\nprint('verified')\n"),
         "first write",
     );
-    let before = sha(&cache);
+    // The server cleans the block once idle, and writes its metadata: what
+    // the refused servers must leave alone is the cache after that.
+    let before = settled_sha(&s, &cache);
 
     // The same cache again, from another directory (its own sockets).
     let d2 = d.join("second");
