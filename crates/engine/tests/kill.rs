@@ -86,15 +86,23 @@ fn formatted_dir(prefix: &str) -> tempfile::TempDir {
 }
 
 /// This test binary started again as a child running only the test
-/// `entry`, with `env` set; its stdout is piped, its stderr dropped.
-fn spawn_child(entry: &str, env: &[(&str, String)]) -> std::process::Child {
+/// `entry`, with `env` set; its stdout is piped, its stderr goes to
+/// `dir/child-stderr.log` (see [`child_stderr`]).
+fn spawn_child(dir: &Path, entry: &str, env: &[(&str, String)]) -> std::process::Child {
+    let log = std::fs::File::create(dir.join("child-stderr.log")).unwrap();
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", entry, "--nocapture", "--test-threads=1"])
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap()
+}
+
+/// What the last child started on `dir` wrote to stderr (its panic message,
+/// when it ended before it should have).
+fn child_stderr(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("child-stderr.log")).unwrap_or_default()
 }
 
 fn open(dir: &Path) -> Engine {
@@ -122,7 +130,11 @@ fn child(dir: &Path, round: u64) {
             ..CleanerConfig::default()
         },
     );
+    // The first line on a line of its own: the test harness has printed
+    // "test NAME ... " without a newline before the test started, and a
+    // first "ACKED" glued to it would go unread.
     let mut out = std::io::stdout();
+    writeln!(out).unwrap();
     let mut buf = vec![0u8; 32 * SECTOR as usize];
     for (first, sectors, seq) in writes(round) {
         for k in 0..sectors {
@@ -179,6 +191,7 @@ fn sigkill_rounds() {
     for round in 1..=rounds {
         let dir_env = dir.path().display().to_string();
         let mut child = spawn_child(
+            dir.path(),
             "kill_child",
             &[
                 ("TIERCACHE_KILL_DIR", dir_env),
@@ -285,6 +298,7 @@ fn trim_child_entry() {
 fn trim_then_write_survives_sigkill() {
     let dir = formatted_dir("tiercache-trim-kill");
     let mut child = spawn_child(
+        dir.path(),
         "trim_child_entry",
         &[("TIERCACHE_TRIM_DIR", dir.path().display().to_string())],
     );
@@ -301,7 +315,11 @@ fn trim_then_write_survives_sigkill() {
     let acked = rx.recv_timeout(Duration::from_secs(120)).unwrap_or(false);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(acked, "the child never acknowledged its writes");
+    assert!(
+        acked,
+        "the child never acknowledged its writes; its stderr:\n{}",
+        child_stderr(dir.path())
+    );
     let engine = open(dir.path());
     let mut sector = vec![0u8; 512];
     engine.read(TRIM_AT, &mut sector).unwrap();
