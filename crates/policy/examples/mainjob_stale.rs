@@ -59,7 +59,7 @@ fn main() {
 fn stale_over_empty(stack: Stack, reads: u64, seed: u64) -> f64 {
     let mut d = director(stack, CAPACITY);
     let mut now = Time::ZERO;
-    let mut zipf_run = |d: &mut _, base: u64, now: &mut Time| {
+    let zipf_run = |d: &mut _, base: u64, now: &mut Time| {
         // The same seed for both runs, as fio repeats its random stream.
         let mut z = Zipf::new(PAGES, 1.2, seed);
         (0..reads)
