@@ -28,7 +28,14 @@
 //!   `min(1, MINI_BLOCKS / capacity)`. Caches up to [`MINI_BLOCKS`] blocks
 //!   are simulated exactly; larger ones keep mini-caches of about
 //!   `MINI_BLOCKS` blocks, so the minis' RAM and time are bounded whatever
-//!   the cache size. A mini is the live policy's own code, so its miss count
+//!   the cache size. A sampled mini holds as many blocks as the live cache
+//!   holds sampled ones (counted as blocks enter and leave it), not exactly
+//!   the capacity times the rate: a given set of blocks has a sample that
+//!   varies (4184 of the policy bench's 65536 stale blocks fall in its 1/16
+//!   sample), and a loop over exactly the cache's blocks, which fits the
+//!   live cache, must fit the minis too, or the recency-minded ones thrash
+//!   on it (they did, and kept the default at 5% for five passes of the
+//!   policy bench's warm-up from stale blocks). A mini is the live policy's own code, so its miss count
 //!   is an estimate of what the live cache would do with that candidate.
 //!   The minis see every reference the live cache sees, hits and misses,
 //!   with whether a miss of it fills ([`Replacement::observe`]): a write
@@ -80,8 +87,8 @@
 //! block instead of ~19.5 B), the minis with a sparse slot index
 //! ([`S3Fifo::compact_sparse`]: most of their lookups are misses, which a
 //! dense index makes long): at 1M blocks ~23.8 B per block for the live
-//! cache and ~1.06 B for the ten minis of 4096 blocks (one per candidate,
-//! two for the step trial), 24.8 B in all (a test
+//! cache and ~1.13 B for the ten minis of 4096 blocks and 1/16 more room
+//! (one per candidate, two for the step trial), 24.9 B in all (a test
 //! holds it under 25 B). The compact ghost is approximate (see
 //! [`crate::ghost`]); on the real-trace panel it moved the default's miss
 //! ratio by +0.02 points on average, but by up to +0.7 points where S3-FIFO
@@ -101,6 +108,9 @@ use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
 /// Blocks per mini-cache for large caches (the sampling rate is
 /// `MINI_BLOCKS / capacity`); caches up to this size are simulated exactly.
 pub const MINI_BLOCKS: u32 = 4096;
+/// Sampled minis have `1 / MINI_HEADROOM` more room than their nominal
+/// size, and their limit stays within that much of it.
+const MINI_HEADROOM: u32 = 16;
 /// Sampled accesses per epoch, at least (the window's decay step); larger
 /// mini-caches get `2 * mini capacity`, so an epoch lets a mini turn over.
 pub const EPOCH_ACCESSES: u64 = 1024;
@@ -155,6 +165,19 @@ pub struct Adaptive {
     /// every block).
     threshold: u64,
     changes: u64,
+    /// Resident blocks of the live cache that are sampled.
+    sampled_resident: u32,
+    /// The minis' size when sampled (`None`: exact), and the limit last
+    /// given them.
+    mini_size: Option<MiniSize>,
+}
+
+/// The sampled minis' size: `nominal` blocks (the capacity times the
+/// sampling rate), and the limit last given them.
+#[derive(Clone, Copy, Debug)]
+struct MiniSize {
+    nominal: u32,
+    given: u32,
 }
 
 /// The sampling hash (splitmix64 finaliser with its own seed, so the sample
@@ -176,6 +199,15 @@ impl Adaptive {
             (rate * u64::MAX as f64) as u64
         };
         let mini_capacity = ((capacity as f64 * rate).round() as u32).max(1);
+        let sampled = rate < 1.0;
+        // Sampled minis get room beyond their nominal size for the
+        // sample's own variation (binomial: 1.6% is one standard
+        // deviation at 4096 blocks).
+        let mini_slots = if sampled {
+            mini_capacity + mini_capacity / MINI_HEADROOM
+        } else {
+            mini_capacity
+        };
         let epoch_len = EPOCH_ACCESSES.max(2 * mini_capacity as u64);
         let build = |mut s: S3Fifo, i: usize| {
             configure(&mut s, i);
@@ -188,7 +220,11 @@ impl Adaptive {
             // lookups, most of them misses, short.
             minis: MiniFeed::new(
                 CANDIDATES.len(),
-                |i| build(S3Fifo::compact_sparse(mini_capacity, 0.0), i),
+                |i| {
+                    let mut s = build(S3Fifo::compact_sparse(mini_slots, 0.0), i);
+                    s.set_limit(mini_capacity);
+                    s
+                },
                 configure,
                 epoch_len,
                 PRIOR,
@@ -196,6 +232,11 @@ impl Adaptive {
             current: PRIOR,
             threshold,
             changes: 0,
+            sampled_resident: 0,
+            mini_size: sampled.then_some(MiniSize {
+                nominal: mini_capacity,
+                given: mini_capacity,
+            }),
         }
     }
 
@@ -216,6 +257,44 @@ impl Adaptive {
 
     fn sampled(&self, o: OriginBlock) -> bool {
         self.threshold == u64::MAX || sample_hash(o.0) < self.threshold
+    }
+
+    fn count_in(&mut self, o: OriginBlock) {
+        if self.sampled(o) {
+            self.sampled_resident += 1;
+        }
+    }
+
+    fn count_out(&mut self, o: OriginBlock) {
+        if self.sampled(o) {
+            self.sampled_resident = self.sampled_resident.saturating_sub(1);
+        }
+    }
+
+    /// Sizes sampled minis as the live cache's own sample: a full live
+    /// cache holds `sampled_resident` sampled blocks, which may be more or
+    /// fewer than its capacity times the rate (a loop over exactly the
+    /// cache's blocks must fit the minis too, or the recency-minded ones
+    /// thrash on it, for the want of one block). A live cache not yet full
+    /// counts as scaled up to its capacity; until it is an eighth full the
+    /// nominal size holds. The limit stays within 1/16 of the nominal size.
+    fn size_minis(&mut self) {
+        let Some(size) = self.mini_size else { return };
+        let (len, cap) = (self.live.len() as u64, self.live.capacity() as u64);
+        let target = if len * 8 < cap {
+            size.nominal
+        } else {
+            let scaled = self.sampled_resident as u64 * cap / len.max(1);
+            let room = size.nominal + size.nominal / MINI_HEADROOM;
+            (scaled as u32).clamp(size.nominal - size.nominal / MINI_HEADROOM, room)
+        };
+        if target != size.given {
+            self.minis.set_limit(target);
+            self.mini_size = Some(MiniSize {
+                given: target,
+                ..size
+            });
+        }
     }
 
     /// Moves the live cache to the candidate the minis chose (towards
@@ -246,18 +325,28 @@ impl Replacement for Adaptive {
         self.live.touch_at(oblock, cblock, access, now);
     }
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
-        self.live.insert(oblock, now)
+        let ins = self.live.insert(oblock, now)?;
+        self.count_in(oblock);
+        if let Some(e) = ins.evicted {
+            self.count_out(e);
+        }
+        Some(ins)
     }
     /// Feeds the reference to the mini-caches if the block is sampled.
     fn observe(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) {
         if self.sampled(o) {
+            self.size_minis();
             if let Some(chosen) = self.minis.access(o, fills_on_miss, now) {
                 self.follow(chosen);
             }
         }
     }
     fn restore(&mut self, oblock: OriginBlock, cblock: CacheBlock, dirty: bool, hint: u8) -> bool {
-        self.live.restore(oblock, cblock, dirty, hint)
+        let restored = self.live.restore(oblock, cblock, dirty, hint);
+        if restored {
+            self.count_in(oblock);
+        }
+        restored
     }
     fn remove(&mut self, oblock: OriginBlock) -> Option<CacheBlock> {
         if self.sampled(oblock) {
@@ -265,7 +354,11 @@ impl Replacement for Adaptive {
                 self.follow(chosen);
             }
         }
-        self.live.remove(oblock)
+        let removed = self.live.remove(oblock);
+        if removed.is_some() {
+            self.count_out(oblock);
+        }
+        removed
     }
     fn set_dirty(&mut self, oblock: OriginBlock, dirty: bool) {
         self.live.set_dirty(oblock, dirty);
@@ -422,6 +515,47 @@ mod tests {
         let n = CANDIDATES.len() + 2;
         assert!(minis < n * MINI_BLOCKS as usize * 32, "{minis}");
         assert!(minis > n * MINI_BLOCKS as usize * 20, "{minis}");
+    }
+
+    /// Three sweeps over exactly the cache's blocks, whose sample is larger
+    /// than the minis' nominal size (4184 of 65536 blocks fall in a 1/16
+    /// sample here, against minis of 4096): the live cache misses each
+    /// block once, and so must every mini, sized by the live cache's own
+    /// sample. At their nominal size the recency-minded minis thrashed on
+    /// the sweeps, a loop larger than themselves (the policy bench's stale
+    /// cache, where this kept the default from following the minis towards
+    /// recency for five passes).
+    #[test]
+    fn the_minis_hold_the_live_cache_own_sample() {
+        let capacity = 65536;
+        let mut a = Adaptive::new(capacity);
+        let base = 1u64 << 40;
+        let sampled = (base..base + capacity as u64)
+            .filter(|&o| a.sampled(OriginBlock(o)))
+            .count() as u32;
+        assert!(sampled > MINI_BLOCKS + 64, "{sampled}: not the case tested");
+        let mut live_misses = 0;
+        for _ in 0..3 {
+            for o in base..base + capacity as u64 {
+                let o = OriginBlock(o);
+                a.observe(o, true, Time(0));
+                if a.lookup(o).is_some() {
+                    a.touch(o, Access::Read, Time(0));
+                } else {
+                    live_misses += 1;
+                    a.insert(o, Time(0));
+                }
+            }
+        }
+        assert_eq!(live_misses, capacity as u64);
+        assert_eq!(a.sampled_resident, sampled);
+        // Misses are decayed by epoch, identically in every mini: equal
+        // counts mean equal misses.
+        let misses = a.minis.windowed_misses();
+        assert!(
+            misses.iter().all(|&m| m == misses[0]),
+            "the minis missed differently on a loop that fits: {misses:?}"
+        );
     }
 
     #[test]

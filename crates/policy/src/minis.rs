@@ -43,6 +43,8 @@ enum Record {
     /// A reference, and whether a miss of it fills the cache.
     Access(OriginBlock, bool, Time),
     Remove(OriginBlock),
+    /// The minis hold at most this many blocks from now on.
+    Limit(u32),
 }
 
 /// One candidate's miniature simulation.
@@ -69,6 +71,7 @@ impl Mini {
             Record::Remove(o) => {
                 self.cache.remove(o);
             }
+            Record::Limit(n) => self.cache.set_limit(n),
         }
     }
 }
@@ -241,6 +244,19 @@ impl MiniFeed {
     /// hand-over: the candidate chosen from every earlier batch.
     pub fn access(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) -> Option<usize> {
         self.record(Record::Access(o, fills_on_miss, now))
+    }
+
+    /// Limits every mini to `blocks` from this point of the stream on.
+    pub fn set_limit(&mut self, blocks: u32) {
+        self.pending.push(Record::Limit(blocks));
+    }
+
+    /// Each candidate's mini's misses in the window (for tests).
+    #[cfg(test)]
+    pub(crate) fn windowed_misses(&self) -> Vec<f64> {
+        let mut minis = lock(&self.minis);
+        minis.run_queue();
+        minis.minis.iter().map(|m| m.misses).collect()
     }
 
     /// Records the removal of a sampled block; as [`MiniFeed::access`].

@@ -134,6 +134,11 @@ pub struct S3Fifo {
     ghost: Ghost,
     small_size: u32,
     main_size: u32,
+    /// The small FIFO's share, as last set.
+    small_ratio: f64,
+    /// Blocks the cache holds at most (its capacity unless
+    /// [`S3Fifo::set_limit`] said fewer).
+    limit: u32,
     /// Hits in the small FIFO needed to move to main
     /// ([`MOVE_TO_MAIN_THRESHOLD`] unless set otherwise).
     move_threshold: u8,
@@ -196,6 +201,8 @@ impl S3Fifo {
             ghost,
             small_size: 0,
             main_size: 0,
+            small_ratio: ratio,
+            limit: capacity,
             move_threshold: MOVE_TO_MAIN_THRESHOLD,
             has_evicted: false,
             stale_small_eviction: false,
@@ -211,9 +218,24 @@ impl S3Fifo {
     /// moves at once: evictions come from whichever FIFO is over its share
     /// until both fit (the knob [`crate::Adaptive`] turns).
     pub fn set_small_ratio(&mut self, ratio: f64) {
-        let capacity = self.slots.capacity();
+        self.small_ratio = ratio;
+        let capacity = self.limit;
         self.small_size = ((capacity as f64 * ratio.clamp(0.0, 1.0)) as u32).max(1);
         self.main_size = capacity - self.small_size.min(capacity);
+    }
+
+    /// Holds at most `blocks` (1 to the capacity) from now on, the FIFOs'
+    /// shares scaled to it; a cache above it evicts down to it at its next
+    /// insertion. [`crate::Adaptive`]'s mini-caches follow the live cache's
+    /// own share of sampled blocks this way.
+    pub fn set_limit(&mut self, blocks: u32) {
+        self.limit = blocks.clamp(1, self.slots.capacity().max(1));
+        self.set_small_ratio(self.small_ratio);
+    }
+
+    /// Whether an insertion must evict first.
+    fn full(&self) -> bool {
+        self.slots.len() >= self.limit
     }
 
     /// Moves a block from the small FIFO to main when it was hit at least
@@ -419,15 +441,20 @@ impl Replacement for S3Fifo {
     }
 
     fn insert(&mut self, oblock: OriginBlock, _now: Time) -> Option<Insertion> {
-        if self.slots.is_full() && self.slots.dirty_count() == self.slots.len() {
+        if self.full() && self.slots.dirty_count() == self.slots.len() {
             return None;
         }
         // libCacheSim looks the block up (and drops it from the ghost)
         // before evicting.
         let hit_on_ghost = self.ghost.remove(oblock);
         let mut evicted = None;
-        if self.slots.is_full() {
-            evicted = Some(self.evict().expect("a clean block exists"));
+        // Once at most, unless the limit has just dropped.
+        while self.full() {
+            match self.evict() {
+                Some(o) => evicted = Some(o),
+                None if evicted.is_some() => break,
+                None => panic!("a clean block exists"),
+            }
         }
         let list = if hit_on_ghost
             || (!self.has_evicted && self.slots.list_len(SMALL) >= self.small_size)
@@ -489,7 +516,7 @@ impl Replacement for S3Fifo {
     /// lowest frequency. Looks at most 32 blocks deep per FIFO, so the answer
     /// is approximate when the front of a FIFO is all hot.
     fn peek_victim(&self) -> Option<OriginBlock> {
-        if !self.slots.is_full() || self.slots.dirty_count() == self.slots.len() {
+        if !self.full() || self.slots.dirty_count() == self.slots.len() {
             return None;
         }
         let main = || self.scan_min(MAIN, |f| f);
@@ -567,6 +594,29 @@ mod tests {
         assert!(p.ghost.contains(OriginBlock(1000)));
         get(&mut p, 1000);
         assert_eq!(p.hint(OriginBlock(1000)), 4);
+    }
+
+    #[test]
+    fn a_limit_below_the_capacity_is_held_and_scales_the_shares() {
+        let mut p = S3Fifo::compact(100, 0.1);
+        p.set_limit(80);
+        assert_eq!((p.small_size, p.main_size), (8, 72));
+        for o in 0..200 {
+            get(&mut p, o);
+        }
+        assert_eq!(p.len(), 80);
+        // Lowered, the cache evicts down to the limit at its next insertion.
+        p.set_limit(50);
+        assert_eq!((p.small_size, p.main_size), (5, 45));
+        get(&mut p, 1000);
+        assert_eq!(p.len(), 50);
+        assert!(p.lookup(OriginBlock(1000)).is_some());
+        // Raised, it grows to it; never beyond its capacity.
+        p.set_limit(1000);
+        for o in 2000..2200 {
+            get(&mut p, o);
+        }
+        assert_eq!(p.len(), 100);
     }
 
     #[test]
