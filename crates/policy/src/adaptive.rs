@@ -387,13 +387,8 @@ mod tests {
     fn run(p: &mut dyn Replacement, blocks: u64, reuse: u64) -> u64 {
         let mut misses = 0;
         let mut get = |p: &mut dyn Replacement, o: u64| {
-            let o = OriginBlock(o);
-            p.observe(o, true, Time(0));
-            if p.lookup(o).is_some() {
-                p.touch(o, Access::Read, Time(0));
-            } else {
+            if !crate::test_access(p, o) {
                 misses += 1;
-                p.insert(o, Time(0));
             }
         };
         for i in 0..blocks {
@@ -537,13 +532,8 @@ mod tests {
         let mut live_misses = 0;
         for _ in 0..3 {
             for o in base..base + capacity as u64 {
-                let o = OriginBlock(o);
-                a.observe(o, true, Time(0));
-                if a.lookup(o).is_some() {
-                    a.touch(o, Access::Read, Time(0));
-                } else {
+                if !crate::test_access(&mut a, o) {
                     live_misses += 1;
-                    a.insert(o, Time(0));
                 }
             }
         }
