@@ -35,8 +35,9 @@
 //!   sample), and a loop over exactly the cache's blocks, which fits the
 //!   live cache, must fit the minis too, or the recency-minded ones thrash
 //!   on it (they did, and kept the default at 5% for five passes of the
-//!   policy bench's warm-up from stale blocks). A mini is the live policy's own code, so its miss count
-//!   is an estimate of what the live cache would do with that candidate.
+//!   policy bench's warm-up from stale blocks). A mini is the live
+//!   policy's own code, so its miss count is an estimate of what the live
+//!   cache would do with that candidate.
 //!   The minis see every reference the live cache sees, hits and misses,
 //!   with whether a miss of it fills ([`Replacement::observe`]): a write
 //!   of part of a block misses without filling, in a mini as in the live
