@@ -77,6 +77,10 @@
 //!   noise. A step towards frequency is not tried (it only shrinks the
 //!   small FIFO, whose evicted blocks the ghost keeps; trying it too lost
 //!   slightly more than it saved on the panel).
+//! - **The first turnover** after the cache first fills runs at least
+//!   50% probation, until main's blocks earn hits
+//!   ([`crate::first_turnover`]): a cache full of stale data then warms
+//!   as fast as an empty one. The minis are not told.
 //! - **Changing the candidate** moves nothing: evictions come from whichever
 //!   FIFO is over its new share until both fit, and a new threshold applies
 //!   from the next eviction from small, so no state is lost (a switch
@@ -100,6 +104,7 @@
 //! simulator and the engine make the same choices for the same stream.
 //! The hint saved with each block is S3-FIFO's own.
 
+use crate::first_turnover::{FirstTurnover, FIRST_TURNOVER_CANDIDATE};
 use crate::minis::{DeferredMinis, MiniFeed};
 use crate::s3fifo::S3Fifo;
 use crate::slots::SlotTable;
@@ -160,8 +165,11 @@ pub struct Adaptive {
     /// their choice (`minis.rs`: fed in batches, run outside the
     /// director's lock where the engine can).
     minis: MiniFeed,
-    /// Index in [`CANDIDATES`] of the live cache's configuration.
+    /// Index in [`CANDIDATES`] the minis chose (the live cache runs it,
+    /// or more recency in its first turnover: [`Adaptive::live_index`]).
     current: usize,
+    /// The first turnover after the cache first fills (`first_turnover.rs`).
+    first_turnover: FirstTurnover,
     /// A block is sampled when `sample_hash(o) < threshold` (`u64::MAX`:
     /// every block).
     threshold: u64,
@@ -231,6 +239,7 @@ impl Adaptive {
                 PRIOR,
             ),
             current: PRIOR,
+            first_turnover: FirstTurnover::Filling,
             threshold,
             changes: 0,
             sampled_resident: 0,
@@ -243,12 +252,30 @@ impl Adaptive {
 
     /// The small FIFO's share of the cache now.
     pub fn small_share(&self) -> f64 {
-        CANDIDATES[self.current].share
+        self.candidate().share
     }
 
     /// The candidate the live cache runs now.
     pub fn candidate(&self) -> Candidate {
-        CANDIDATES[self.current]
+        CANDIDATES[self.live_index()]
+    }
+
+    /// Index in [`CANDIDATES`] of the live cache's configuration: the
+    /// minis' choice, and at least [`FIRST_TURNOVER_CANDIDATE`] in the
+    /// first turnover.
+    fn live_index(&self) -> usize {
+        if self.first_turnover.running() {
+            self.current.max(FIRST_TURNOVER_CANDIDATE)
+        } else {
+            self.current
+        }
+    }
+
+    /// Gives the live cache its configuration again (after the minis' choice
+    /// or the first turnover changed).
+    fn reconfigure(&mut self) {
+        let i = self.live_index();
+        configure(&mut self.live, i);
     }
 
     /// How many times the candidate has changed.
@@ -306,7 +333,7 @@ impl Adaptive {
             debug_assert!(chosen <= self.current + 1, "{} to {chosen}", self.current);
 
             self.current = chosen;
-            configure(&mut self.live, chosen);
+            self.reconfigure();
             self.changes += 1;
         }
     }
@@ -320,15 +347,30 @@ impl Replacement for Adaptive {
         self.live.slots()
     }
     fn touch(&mut self, oblock: OriginBlock, access: Access, now: Time) {
+        // Where the hit landed matters only in the first turnover (one
+        // more lookup then).
+        if self.first_turnover.running() {
+            if let Some(c) = self.live.slots().lookup(oblock) {
+                self.first_turnover.hit(self.live.in_main(c));
+            }
+        }
         self.live.touch(oblock, access, now);
     }
     fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
+        if self.first_turnover.running() {
+            self.first_turnover.hit(self.live.in_main(cblock));
+        }
         self.live.touch_at(oblock, cblock, access, now);
     }
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
         let ins = self.live.insert(oblock, now)?;
         self.count_in(oblock);
         if let Some(e) = ins.evicted {
+            let (small, main) = self.live.fifo_lens();
+            let capacity = self.live.slots().capacity();
+            if self.first_turnover.evicted(capacity, small, main) {
+                self.reconfigure();
+            }
             self.count_out(e);
         }
         Some(ins)
@@ -346,6 +388,7 @@ impl Replacement for Adaptive {
         let restored = self.live.restore(oblock, cblock, dirty, hint);
         if restored {
             self.count_in(oblock);
+            self.first_turnover.skip();
         }
         restored
     }

@@ -26,6 +26,7 @@ pub mod admission;
 pub mod arc;
 pub mod director;
 pub mod fifo;
+pub mod first_turnover;
 pub mod ghost;
 pub mod lru;
 pub mod minis;

@@ -229,3 +229,44 @@ pub fn warmup(stack: Stack, capacity: u32, data_blocks: u64, passes: usize, seed
 pub fn passes_to(curve: &[f64], target: f64) -> Option<usize> {
     curve.iter().position(|&h| h >= target).map(|i| i + 1)
 }
+
+/// The main job's stale-cache run (`make run`, `tiercache bench`) at the
+/// policy level, as the bench's defaults lay it out (64 KiB cache blocks,
+/// 4 KiB reads): a cache of [`MAIN_JOB_CAPACITY`] blocks (40 MiB); "empty
+/// cache": `reads` Zipf(1.2) reads over region A's first 512 blocks
+/// (32 MiB, 8192 pages); then fio's randread over A: every page of its
+/// 640 blocks once, in random order, so the cache is full of A; then "full
+/// of stale data": the same Zipf over region B (512 blocks that follow A).
+/// B fits the cache, so a stack that evicted A's blocks first would miss
+/// each of B's blocks once, as the empty run missed each of A's. Returns
+/// the stale run's misses over the empty run's.
+pub fn main_job_stale_over_empty(stack: Stack, reads: u64, seed: u64) -> f64 {
+    /// Region A's blocks; region B follows it.
+    const REGION_A: u64 = 640;
+    let mut d = director(stack, MAIN_JOB_CAPACITY);
+    let mut now = Time::ZERO;
+    let zipf_run = |d: &mut Director, base: u64, now: &mut Time| {
+        // The same seed for both runs, as fio repeats its random stream.
+        let mut z = Zipf::new(MAIN_JOB_PAGES, 1.2, seed);
+        (0..reads)
+            .filter(|_| !read(d, base + z.next_block() / MAIN_JOB_PAGES_PER_BLOCK, now))
+            .count()
+    };
+    let empty = zipf_run(&mut d, 0, &mut now);
+    let mut order: Vec<u64> = (0..REGION_A * MAIN_JOB_PAGES_PER_BLOCK).collect();
+    let mut rng = Rng::new(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    for page in order {
+        read(&mut d, page / MAIN_JOB_PAGES_PER_BLOCK, &mut now);
+    }
+    let stale = zipf_run(&mut d, REGION_A, &mut now);
+    stale as f64 / empty.max(1) as f64
+}
+
+/// The main job's cache blocks (40 MiB of 64 KiB blocks).
+pub const MAIN_JOB_CAPACITY: u32 = 640;
+/// 4 KiB pages of a main-job run's data (32 MiB).
+pub const MAIN_JOB_PAGES: u64 = 8192;
+pub const MAIN_JOB_PAGES_PER_BLOCK: u64 = 16;
