@@ -349,7 +349,7 @@ impl Replacement for Adaptive {
     fn touch(&mut self, oblock: OriginBlock, access: Access, now: Time) {
         // Where the hit landed matters only in the first turnover (one
         // more lookup then).
-        if self.first_turnover.running() {
+        if self.first_turnover.watching() {
             if let Some(c) = self.live.slots().lookup(oblock) {
                 self.first_turnover.hit(self.live.in_main(c));
             }
@@ -357,7 +357,7 @@ impl Replacement for Adaptive {
         self.live.touch(oblock, access, now);
     }
     fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
-        if self.first_turnover.running() {
+        if self.first_turnover.watching() {
             self.first_turnover.hit(self.live.in_main(cblock));
         }
         self.live.touch_at(oblock, cblock, access, now);
