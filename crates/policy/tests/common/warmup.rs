@@ -230,43 +230,95 @@ pub fn passes_to(curve: &[f64], target: f64) -> Option<usize> {
     curve.iter().position(|&h| h >= target).map(|i| i + 1)
 }
 
+/// How a copy of the main job's stale-cache run lays its requests out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MainJobLayout {
+    /// As `tiercache bench` runs it (read off a recording of its server,
+    /// `tiercache trace`): the engine's [`MAIN_JOB_ENGINE_CAPACITY`]
+    /// blocks, two fio jobs each over its half of the region with their
+    /// requests alternating, and region A read again in 64 KiB reads,
+    /// every block once. The engine's first eviction then falls in that
+    /// read of A, not at the stale run's start.
+    AsBench,
+    /// One Zipf stream over the region, A read again page by page (every
+    /// 4 KiB page once, so each of A's blocks is read 16 times) and 640
+    /// blocks: the first eviction falls at the stale run's start, the
+    /// case the first turnover (`first_turnover.rs`) was built on.
+    PageFill640,
+}
+
 /// The main job's stale-cache run (`make run`, `tiercache bench`) at the
-/// policy level, as the bench's defaults lay it out (64 KiB cache blocks,
-/// 4 KiB reads): a cache of [`MAIN_JOB_CAPACITY`] blocks (40 MiB); "empty
-/// cache": `reads` Zipf(1.2) reads over region A's first 512 blocks
-/// (32 MiB, 8192 pages); then fio's randread over A: every page of its
-/// 640 blocks once, in random order, so the cache is full of A; then "full
-/// of stale data": the same Zipf over region B (512 blocks that follow A).
-/// B fits the cache, so a stack that evicted A's blocks first would miss
-/// each of B's blocks once, as the empty run missed each of A's. Returns
-/// the stale run's misses over the empty run's.
-pub fn main_job_stale_over_empty(stack: Stack, reads: u64, seed: u64) -> f64 {
+/// policy level (64 KiB cache blocks, 4 KiB reads): "empty cache": `reads`
+/// Zipf(1.2) reads over region A's first 512 blocks (32 MiB); then all of
+/// A (640 blocks) read again in random order, so the cache is full of A;
+/// then "full of stale data": the same Zipf over region B (512 blocks that
+/// follow A). B fits the cache, so a stack that evicted A's blocks first
+/// would miss each of B's blocks once, as the empty run missed each of
+/// A's. `layout` says how close to the bench (see [`MainJobLayout`]).
+/// Returns the stale run's misses over the empty run's.
+pub fn main_job_stale_over_empty(
+    stack: Stack,
+    layout: MainJobLayout,
+    reads: u64,
+    seed: u64,
+) -> f64 {
     /// Region A's blocks; region B follows it.
     const REGION_A: u64 = 640;
-    let mut d = director(stack, MAIN_JOB_CAPACITY);
+    let as_bench = layout == MainJobLayout::AsBench;
+    let jobs: u64 = if as_bench { 2 } else { 1 };
+    let job_pages = MAIN_JOB_PAGES / jobs;
+    let capacity = if as_bench {
+        MAIN_JOB_ENGINE_CAPACITY
+    } else {
+        640
+    };
+    let mut d = director(stack, capacity);
     let mut now = Time::ZERO;
     let zipf_run = |d: &mut Director, base: u64, now: &mut Time| {
-        // The same seed for both runs, as fio repeats its random stream.
-        let mut z = Zipf::new(MAIN_JOB_PAGES, 1.2, seed);
+        // The same seeds for both runs, as fio repeats its random streams.
+        let mut streams: Vec<Zipf> = (0..jobs)
+            .map(|j| Zipf::new(job_pages, 1.2, seed + 1000 * j))
+            .collect();
         (0..reads)
-            .filter(|_| !read(d, base + z.next_block() / MAIN_JOB_PAGES_PER_BLOCK, now))
+            .filter(|i| {
+                let j = i % jobs;
+                let page = j * job_pages + streams[j as usize].next_block();
+                !read(d, base + page / MAIN_JOB_PAGES_PER_BLOCK, now)
+            })
             .count()
     };
     let empty = zipf_run(&mut d, 0, &mut now);
-    let mut order: Vec<u64> = (0..REGION_A * MAIN_JOB_PAGES_PER_BLOCK).collect();
+    // Region A again: each job's part in random order, the jobs alternating.
+    let (units, per_block) = if as_bench {
+        (REGION_A, 1)
+    } else {
+        (
+            REGION_A * MAIN_JOB_PAGES_PER_BLOCK,
+            MAIN_JOB_PAGES_PER_BLOCK,
+        )
+    };
     let mut rng = Rng::new(seed);
-    for i in (1..order.len()).rev() {
-        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    let mut parts: Vec<Vec<u64>> = (0..jobs)
+        .map(|j| (j * units / jobs..(j + 1) * units / jobs).collect())
+        .collect();
+    for p in &mut parts {
+        for i in (1..p.len()).rev() {
+            p.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
     }
-    for page in order {
-        read(&mut d, page / MAIN_JOB_PAGES_PER_BLOCK, &mut now);
+    for i in 0..parts[0].len() {
+        for p in &parts {
+            read(&mut d, p[i] / per_block, &mut now);
+        }
     }
     let stale = zipf_run(&mut d, REGION_A, &mut now);
     stale as f64 / empty.max(1) as f64
 }
 
-/// The main job's cache blocks (40 MiB of 64 KiB blocks).
-pub const MAIN_JOB_CAPACITY: u32 = 640;
+/// The main job's cache blocks as the engine has them: what `tiercache
+/// serve` makes of the bench's 40 MiB cache file with 64 KiB blocks once
+/// its metadata has its room (640 would be the whole file).
+pub const MAIN_JOB_ENGINE_CAPACITY: u32 = 623;
 /// 4 KiB pages of a main-job run's data (32 MiB).
 pub const MAIN_JOB_PAGES: u64 = 8192;
 pub const MAIN_JOB_PAGES_PER_BLOCK: u64 = 16;
