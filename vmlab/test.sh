@@ -18,9 +18,10 @@
 #      files bounded);
 #      and ublk.sh and ublk-restart.sh again with --ublk-zero-copy on the
 #      6.18 kernel (VMLAB_KERNEL=6.18: requests' pages registered for the
-#      server), where every server must serve with zero copy; and ublk.sh
-#      with --ublk-zero-copy on 6.17, whose block layer can misplace a read
-#      into a registered request, so that every read must be copied.
+#      server), where every server must serve with zero copy; and ublk.sh's
+#      ublk-specific tests alone (UBLK_ONLY=1: one boot, no crash) with
+#      --ublk-zero-copy on 6.17, whose block layer can misplace a read into
+#      a registered request, so that every read must be copied.
 # Run directories (console logs, result files): $VMLAB_OUT, default
 # ${CARGO_TARGET_DIR:-target}/vmlab. VMLAB_CARGO_FLAGS adds cargo build flags
 # (e.g. "--features tiercache/ublk").
@@ -79,7 +80,7 @@ pool_disks=(--disk v1=160M --disk v2=160M --disk v3=160M --disk v4=64M --disk ss
 # In an order that ends the two lanes together: ublk (about 250 s) then nbd
 # (180) in one, ublk-restart (160), nbd-restart (130) and ublk-pool (140)
 # in the other (2026-11-28); then the two zero-copy runs on 6.18 (about 120
-# and 80 s), one in each, and ublk.sh on 6.17 (120 s). "NAME
+# and 80 s), one in each, and ublk.sh's ublk-specific tests on 6.17. "NAME
 # run.sh-arguments...".
 tests=(
   "ublk-restart --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
@@ -90,7 +91,7 @@ tests=(
   "ublk-many --timeout 900 vmlab/guest/ublk-many.sh"
   "ublk-zero-copy --kernel 6.18 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
   "ublk-restart-zero-copy --kernel 6.18 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk-restart.sh"
-  "ublk-zero-copy-6.17 --kernel 6.17 --env UBLK_ZERO_COPY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
+  "ublk-zero-copy-6.17 --kernel 6.17 --env UBLK_ZERO_COPY=1 --env UBLK_ONLY=1 --timeout 900 ${disks[*]} vmlab/guest/ublk.sh"
 )
 
 # run_guest_test NAME ARGS...: one guest run; leaves "<status> <seconds>" in

@@ -4,7 +4,8 @@
 # fio verify, crash recovery) run first; boot 2 then adds the ublk-specific
 # ones: several queues under several fio jobs (crc32c verify, writeback),
 # write-zeroes and discard through the device, the device's limits, and
-# SIGTERM while the device is open.
+# SIGTERM while the device is open. UBLK_ONLY=1: one boot, the
+# ublk-specific tests alone.
 # Skips (exit 77) when the binary has no ublk front end (built without the
 # cargo feature `ublk`, on by default).
 # Run it alone with:
@@ -19,6 +20,11 @@ UBLK_DEPTH=${UBLK_DEPTH:-64}
 # (on 6.17 with every read copied into its request).
 UBLK_ZC_ARGS=()
 [ "${UBLK_ZERO_COPY:-0}" = 1 ] && UBLK_ZC_ARGS=(--ublk-zero-copy)
+# UBLK_ONLY=1: one boot with only the ublk-specific tests (on a fresh
+# cache), no shared cache tests and no crash: for a kernel run whose point
+# is how the device serves (the 6.17 zero-copy run), not the cache's
+# recovery, which the other runs test.
+UBLK_ONLY=${UBLK_ONLY:-0}
 
 tiercache serve --help | grep -q -- '--ublk' ||
   skip "this tiercache binary has no ublk front end (serve --ublk; build it with the ublk feature)"
@@ -140,6 +146,14 @@ ublk_specific_tests() {
 }
 
 . /vmlab/cache-tests.sh
+if [ "$UBLK_ONLY" = 1 ]; then
+  [ "$VMLAB_BOOT" = 1 ] || fail "UBLK_ONLY=1 runs one boot, not boot $VMLAB_BOOT"
+  attach_device --create
+  stop_tiercache
+  ublk_specific_tests
+  step "PASS: tiercache over $FRONTEND (the ublk-specific tests only)"
+  exit 0
+fi
 case "$VMLAB_BOOT" in
   1) run_cache_tests ;; # ends with a crash
   2)
