@@ -78,9 +78,10 @@
 //!   small FIFO, whose evicted blocks the ghost keeps; trying it too lost
 //!   slightly more than it saved on the panel).
 //! - **The first turnover** after the cache first fills runs at least
-//!   50% probation, until main's blocks earn hits
-//!   ([`crate::first_turnover`]): a cache full of stale data then warms
-//!   as fast as an empty one. The minis are not told.
+//!   50% probation, unless the blocks resident at the first eviction earn
+//!   hits beside the new ones ([`crate::first_turnover`]): a cache full of
+//!   stale data then warms about as fast as an empty one. The minis are
+//!   not told.
 //! - **Changing the candidate** moves nothing: evictions come from whichever
 //!   FIFO is over its new share until both fit, and a new threshold applies
 //!   from the next eviction from small, so no state is lost (a switch
@@ -104,7 +105,7 @@
 //! simulator and the engine make the same choices for the same stream.
 //! The hint saved with each block is S3-FIFO's own.
 
-use crate::first_turnover::{FirstTurnover, FIRST_TURNOVER_CANDIDATE};
+use crate::first_turnover::{FirstTurnover, RenewedSlots, FIRST_TURNOVER_CANDIDATE};
 use crate::minis::{DeferredMinis, MiniFeed};
 use crate::s3fifo::S3Fifo;
 use crate::slots::SlotTable;
@@ -168,8 +169,10 @@ pub struct Adaptive {
     /// Index in [`CANDIDATES`] the minis chose (the live cache runs it,
     /// or more recency in its first turnover: [`Adaptive::live_index`]).
     current: usize,
-    /// The first turnover after the cache first fills (`first_turnover.rs`).
+    /// The first turnover after the cache first fills (`first_turnover.rs`),
+    /// and which slots hold new data in it.
     first_turnover: FirstTurnover,
+    renewed: RenewedSlots,
     /// A block is sampled when `sample_hash(o) < threshold` (`u64::MAX`:
     /// every block).
     threshold: u64,
@@ -240,6 +243,7 @@ impl Adaptive {
             ),
             current: PRIOR,
             first_turnover: FirstTurnover::Filling,
+            renewed: RenewedSlots::default(),
             threshold,
             changes: 0,
             sampled_resident: 0,
@@ -276,6 +280,31 @@ impl Adaptive {
     fn reconfigure(&mut self) {
         let i = self.live_index();
         configure(&mut self.live, i);
+    }
+
+    /// A hit on `c` in the first turnover: on old or new data, if `c` is
+    /// tracked.
+    fn first_turnover_hit(&mut self, c: CacheBlock) {
+        if let Some(old) = self.renewed.is_old(c.0) {
+            self.first_turnover.hit(old);
+        }
+    }
+
+    /// An insertion into `c` that evicted, before the first turnover is
+    /// over: the first starts tracking which slots take new data.
+    fn first_turnover_evicted(&mut self, c: CacheBlock) {
+        let capacity = self.live.slots().capacity();
+        if self.first_turnover == FirstTurnover::Filling {
+            self.renewed.start(capacity);
+        }
+        self.renewed.renew(c.0);
+        let (new, old) = self.renewed.counts();
+        if self.first_turnover.evicted(capacity, new, old) {
+            self.reconfigure();
+        }
+        if self.first_turnover == FirstTurnover::Over {
+            self.renewed.clear();
+        }
     }
 
     /// How many times the candidate has changed.
@@ -347,18 +376,18 @@ impl Replacement for Adaptive {
         self.live.slots()
     }
     fn touch(&mut self, oblock: OriginBlock, access: Access, now: Time) {
-        // Where the hit landed matters only in the first turnover (one
-        // more lookup then).
+        // Whether the hit is on old or new data matters only in the first
+        // turnover (one more lookup then).
         if self.first_turnover.watching() {
             if let Some(c) = self.live.slots().lookup(oblock) {
-                self.first_turnover.hit(self.live.in_main(c));
+                self.first_turnover_hit(c);
             }
         }
         self.live.touch(oblock, access, now);
     }
     fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
         if self.first_turnover.watching() {
-            self.first_turnover.hit(self.live.in_main(cblock));
+            self.first_turnover_hit(cblock);
         }
         self.live.touch_at(oblock, cblock, access, now);
     }
@@ -366,10 +395,8 @@ impl Replacement for Adaptive {
         let ins = self.live.insert(oblock, now)?;
         self.count_in(oblock);
         if let Some(e) = ins.evicted {
-            let (small, main) = self.live.fifo_lens();
-            let capacity = self.live.slots().capacity();
-            if self.first_turnover.evicted(capacity, small, main) {
-                self.reconfigure();
+            if self.first_turnover != FirstTurnover::Over {
+                self.first_turnover_evicted(ins.cblock);
             }
             self.count_out(e);
         }
@@ -389,6 +416,7 @@ impl Replacement for Adaptive {
         if restored {
             self.count_in(oblock);
             self.first_turnover.skip();
+            self.renewed.clear();
         }
         restored
     }
@@ -414,7 +442,7 @@ impl Replacement for Adaptive {
         self.live.hint(oblock)
     }
     fn memory_bytes(&self) -> usize {
-        self.live.memory_bytes() + self.minis.memory_bytes()
+        self.live.memory_bytes() + self.minis.memory_bytes() + self.renewed.memory_bytes()
     }
     fn take_deferred(&mut self) -> Option<DeferredMinis> {
         self.minis.take_deferred()
