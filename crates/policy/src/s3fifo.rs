@@ -371,16 +371,6 @@ impl S3Fifo {
             .or_else(|| self.evict_main())
     }
 
-    /// Whether resident block `c` is in main (not the small FIFO).
-    pub fn in_main(&self, c: CacheBlock) -> bool {
-        self.slots.list_of(c) == MAIN
-    }
-
-    /// Blocks in the small FIFO and in main.
-    pub fn fifo_lens(&self) -> (u32, u32) {
-        (self.slots.list_len(SMALL), self.slots.list_len(MAIN))
-    }
-
     /// One read of `o` as a cache simulation sees it, with a single index
     /// probe: a hit bumps the frequency, a miss inserts. Returns whether it
     /// hit. The same as `lookup` then `touch` or `insert` (the
