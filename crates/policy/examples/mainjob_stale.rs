@@ -1,9 +1,10 @@
 //! The main job's stale-cache run (`make run`, `tiercache bench`) at the
 //! policy level, in a second instead of minutes: which blocks each stack
 //! misses when a cache full of one region's blocks meets another region
-//! (`main_job_stale_over_empty` in `tests/common/warmup.rs`), in both
-//! layouts: as the bench runs it, and with region A read again page by
-//! page into 640 blocks (the case `first_turnover.rs` was built on).
+//! (`main_job_stale_over_empty` in `tests/common/warmup.rs`), in each
+//! layout: as the bench runs it on a cache file and in RAM, and with
+//! region A read again page by page into 640 blocks (the case
+//! `first_turnover.rs` was built on).
 //! Prints, per layout and stack, the stale run's misses over the empty
 //! run's, for seeds 1 to SEEDS (the adaptive default's varies with the
 //! moment its minis move), and their median.
@@ -22,7 +23,11 @@ fn main() {
         .collect();
     let reads = args.first().copied().unwrap_or(300_000);
     let seeds = args.get(1).copied().unwrap_or(5);
-    for layout in [MainJobLayout::AsBench, MainJobLayout::PageFill640] {
+    for layout in [
+        MainJobLayout::AsBench,
+        MainJobLayout::AsBenchRam,
+        MainJobLayout::PageFill640,
+    ] {
         println!(
             "{layout:?}: {reads} Zipf(1.2) reads per run over {} blocks",
             MAIN_JOB_PAGES / MAIN_JOB_PAGES_PER_BLOCK
