@@ -57,7 +57,8 @@
 //!   then every mini's count is multiplied by
 //!   [`WINDOW_DECAY`](crate::minis::WINDOW_DECAY) (an exponential window
 //!   over the recent past, so a change of workload is followed). Towards
-//!   recency it moves **one step**, not a jump: a larger small FIFO is
+//!   recency it moves **one step**, not a jump, unless a trial on its own
+//!   state showed a longer step pays (below): a larger small FIFO is
 //!   made by evicting main's blocks, and on a noisy estimate jumping
 //!   there cost more than it won (measured on the panel: with jumps both
 //!   ways, 1and1-linux-mysql at 4 KiB and 5% missed 1.7 points more than
@@ -71,10 +72,16 @@
 //!   made by evicting main's blocks. So two more minis run the live
 //!   cache's trajectory: one follows the live candidate, and at each
 //!   epoch's start the other becomes a copy of it one candidate towards
-//!   recency. The live cache takes that step only if the copy missed no
-//!   more than the one that stayed over the epoch: the same requests
+//!   recency. The live cache takes that step only if the copy missed
+//!   fewer than the one that stayed over the epoch: the same requests
 //!   from the same state, so the difference is the step's, not sampling
-//!   noise. A step towards frequency is not tried (it only shrinks the
+//!   noise. A tie shows no gain to set against main's blocks the step
+//!   evicts (on libCacheSim's CloudPhysics trace the steps to the recency
+//!   end tied, and their cost came later, when the next phase wanted
+//!   those blocks); the next epoch's copy then reaches one candidate
+//!   further, up to the best fixed mini, so a plateau (a reuse distance
+//!   beyond both small FIFOs) is crossed in one move once a candidate
+//!   past it pays. A step towards frequency is not tried (it only shrinks the
 //!   small FIFO, whose evicted blocks the ghost keeps; trying it too lost
 //!   slightly more than it saved on the panel).
 //! - **The first turnover** after the cache first fills runs at least
@@ -137,7 +144,8 @@ const fn candidate(share: f64, threshold: u8) -> Candidate {
 }
 
 /// The candidates, ordered from frequency-minded to recency-minded (the
-/// live cache moves one step at a time along this order): shares of 2% to
+/// live cache moves along this order, towards recency as far as a trial
+/// paid): shares of 2% to
 /// 50% with S3-FIFO's two hits, then 50% and 70% with one hit.
 pub const CANDIDATES: &[Candidate] = &[
     candidate(0.02, 2),
@@ -369,12 +377,9 @@ impl Adaptive {
     }
 
     /// Moves the live cache to the candidate the minis chose (towards
-    /// recency one step from the current one at most: an epoch is longer
-    /// than a batch).
+    /// recency as far as the step trial paid).
     fn follow(&mut self, chosen: usize) {
         if chosen != self.current {
-            debug_assert!(chosen <= self.current + 1, "{} to {chosen}", self.current);
-
             self.current = chosen;
             self.reconfigure();
             self.changes += 1;
@@ -503,12 +508,16 @@ mod tests {
     }
 
     #[test]
-    fn towards_recency_the_live_cache_moves_one_candidate_at_a_time() {
+    fn towards_recency_the_live_cache_moves_as_far_as_a_trial_paid() {
         let mut a = Adaptive::new(1000);
         let mut at = PRIOR;
-        let (mut seen, mut up) = (0, 0);
-        // The stream of `run` in pieces, which wants recency: every move
-        // up the axis is to the next candidate.
+        let mut ups = Vec::new();
+        // The stream of `run` in pieces, which wants recency: blocks
+        // reused 300 blocks later, so a small FIFO of 10% or 20% of the
+        // cache misses every second read and one of 35% hits it. The step
+        // to 20% ties; the trial then reaches 35%, which pays, and the
+        // live cache crosses the plateau in one move.
+        let mut seen = 0;
         for i in 0..200_000u64 {
             for o in [Some(i), i.checked_sub(300)].into_iter().flatten() {
                 let o = OriginBlock(o);
@@ -523,13 +532,13 @@ mod tests {
                 seen = a.changes();
                 let now = CANDIDATES.iter().position(|&c| c == a.candidate()).unwrap();
                 if now > at {
-                    assert_eq!(now, at + 1, "from {at} to {now}");
-                    up += 1;
+                    ups.push((at, now));
                 }
                 at = now;
             }
         }
-        assert!(up >= 2, "{up} steps up");
+        assert_eq!(ups.first(), Some(&(PRIOR, 4)), "{ups:?}");
+        assert!(CANDIDATES[4].share > 0.3 && CANDIDATES[3].share < 0.3);
     }
 
     #[test]
