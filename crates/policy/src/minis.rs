@@ -91,9 +91,10 @@ impl Mini {
 /// shows no gain to set against what the step evicts from main (on that
 /// trace the steps to the recency end tied, and taking them cost 2.7
 /// points at 64 KiB and 25% of its footprint); the next trial then
-/// reaches one candidate further, up to the best fixed mini, so that a
-/// plateau (the next candidate no better, a further one better: a reuse
-/// distance beyond both small FIFOs) is crossed in one move. A move
+/// reaches one candidate further, up to the best fixed mini, and once
+/// such a trial pays the live cache steps one candidate that way, so that
+/// a plateau (the next candidate no better, a further one better: a reuse
+/// distance beyond both small FIFOs) is crossed a step at a time. A move
 /// towards frequency is not tried, nor made a step at a time: it only
 /// shrinks the small FIFO, whose evicted blocks the ghost remembers, so
 /// the live cache goes straight to the best mini (trying such steps too
@@ -120,13 +121,11 @@ impl StepTrial {
         });
     }
 
-    /// The candidate the step tried, if it missed fewer than staying this
-    /// epoch.
-    fn paid(&self, at: usize) -> Option<usize> {
+    /// Whether the step missed fewer than staying this epoch.
+    fn paid(&self) -> bool {
         self.step
             .as_ref()
-            .filter(|s| s.misses < self.stay.misses)
-            .map(|_| at + self.reach)
+            .is_some_and(|s| s.misses < self.stay.misses)
     }
 
     /// Whether the step missed exactly as many as staying.
@@ -191,8 +190,8 @@ impl Minis {
 
     /// Moves towards the mini with the fewest windowed misses (ties keep
     /// the chosen one): towards frequency straight to it, towards recency
-    /// to the candidate the `StepTrial` tried, only if it paid; a tied
-    /// trial reaches one candidate further next time, up to the best.
+    /// one candidate, only if the `StepTrial` paid; a tied trial reaches
+    /// one candidate further next time, up to the best.
     /// Then decays the windows and starts the next trial.
     fn end_epoch(&mut self) {
         let mut best = self.chosen;
@@ -202,8 +201,8 @@ impl Minis {
             }
         }
         if best > self.chosen {
-            if let Some(to) = self.trial.paid(self.chosen) {
-                self.chosen = to;
+            if self.trial.paid() {
+                self.chosen += 1;
                 self.trial.reach = 1;
             } else if self.trial.tied() {
                 if self.chosen + self.trial.reach < best {
@@ -412,7 +411,8 @@ mod tests {
     /// A plateau: the next candidate misses as many as the live one (a
     /// reuse distance longer than both small FIFOs), a further one fewer.
     /// The trial reaches one candidate further each tied epoch, up to the
-    /// best fixed mini, and the live cache moves as far as a paid trial.
+    /// best fixed mini, and once such a trial pays the live cache steps
+    /// one candidate that way (the next trial starts one up again).
     #[test]
     fn a_tied_step_is_tried_further_towards_the_best() {
         let windowed = [50.0, 50.0, 50.0, 50.0, 40.0, 45.0];
@@ -439,7 +439,7 @@ mod tests {
         m.trial.stay.misses = 100.0;
         m.trial.step.as_mut().expect("a trial").misses = 60.0;
         m.end_epoch();
-        assert_eq!((m.chosen, m.trial.reach), (4, 1), "moved as far as paid");
+        assert_eq!((m.chosen, m.trial.reach), (2, 1), "one step that way");
     }
 
     #[test]
