@@ -85,10 +85,10 @@
 //!   small FIFO, whose evicted blocks the ghost keeps; trying it too lost
 //!   slightly more than it saved on the panel).
 //! - **The first turnover** after the cache first fills runs at least
-//!   50% probation, unless the blocks resident when the cache was nearly full earn
-//!   hits beside the new ones ([`crate::first_turnover`]): a cache full of
-//!   stale data then warms about as fast as an empty one. The minis are
-//!   not told.
+//!   50% probation, unless the blocks resident when the cache was nearly
+//!   full earn hits beside the new ones ([`crate::first_turnover`]): a
+//!   cache full of stale data then warms about as fast as an empty one.
+//!   The minis are not told.
 //! - **Changing the candidate** moves nothing: evictions come from whichever
 //!   FIFO is over its new share until both fit, and a new threshold applies
 //!   from the next eviction from small, so no state is lost (a switch
