@@ -28,6 +28,7 @@ pub mod director;
 pub mod fifo;
 pub mod first_turnover;
 pub mod ghost;
+mod list_ids;
 pub mod lru;
 pub mod minis;
 pub mod s3fifo;

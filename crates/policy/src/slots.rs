@@ -2,8 +2,10 @@
 //! lives in which cache slot, the slot's dirty bit, and intrusive doubly
 //! linked lists threaded through the slots.
 //!
-//! Memory per slot: 8 (origin block) + 8 (list links) + 1 (list id)
-//! + 1/8 (dirty bit) + about 4.6 (hash index at load factor 7/8) = ~21.7 bytes.
+//! Memory per slot: 8 (origin block) + 8 (list links) + 1 (list id; a
+//! quarter in a table of at most three lists, `list_ids.rs`) + 1/8 (dirty
+//! bit) + about 4.6 (hash index at load factor 7/8): ~21.7 bytes, ~21.0
+//! with three lists or fewer.
 //!
 //! The index is sized to exactly `8/7 * capacity` entries (not rounded up to a
 //! power of two, which would cost up to 9.1 bytes per slot), addressed by
@@ -26,6 +28,7 @@
 //! removals were about 60% of the simulator's instructions, most of them
 //! the mini-caches'.
 
+use crate::list_ids::ListIds;
 use tiercache_types::{CacheBlock, OriginBlock};
 
 /// "No slot" in links and in the hash index.
@@ -48,7 +51,7 @@ pub struct SlotTable {
     oblock: Vec<u64>,
     prev: Vec<u32>,
     next: Vec<u32>,
-    list: Vec<u8>,
+    list: ListIds,
     dirty: Vec<u64>,
     heads: Vec<ListHead>,
     free: ListHead,
@@ -103,7 +106,7 @@ impl SlotTable {
             oblock: vec![EMPTY_OBLOCK; n],
             prev: vec![NIL; n],
             next: vec![NIL; n],
-            list: vec![FREE_LIST; n],
+            list: ListIds::new(n, lists),
             dirty: vec![0; n.div_ceil(64)],
             heads: vec![
                 ListHead {
@@ -150,7 +153,8 @@ impl SlotTable {
 
     /// Bytes of RAM this table uses.
     pub fn memory_bytes(&self) -> usize {
-        self.oblock.len() * (8 + 4 + 4 + 1)
+        self.oblock.len() * (8 + 4 + 4)
+            + self.list.memory_bytes()
             + self.dirty.len() * 8
             + self.index.len() * 4
             + self.heads.len() * std::mem::size_of::<ListHead>()
@@ -261,7 +265,10 @@ impl SlotTable {
     /// Maps `o` into the specific free slot `c` (used when restoring saved
     /// mappings). Returns false if the slot is not free or `o` is resident.
     pub fn insert_into(&mut self, o: OriginBlock, c: CacheBlock, list: u8) -> bool {
-        if c.0 >= self.capacity() || self.list[c.index()] != FREE_LIST || self.lookup(o).is_some() {
+        if c.0 >= self.capacity()
+            || self.list.get(c.index()) != FREE_LIST
+            || self.lookup(o).is_some()
+        {
             return false;
         }
         self.unlink(c.0);
@@ -344,7 +351,7 @@ impl SlotTable {
 
     /// Which list slot `c` is on (`FREE_LIST` if free).
     pub fn list_of(&self, c: CacheBlock) -> u8 {
-        self.list[c.index()]
+        self.list.get(c.index())
     }
 
     pub fn list_len(&self, list: u8) -> u32 {
@@ -371,14 +378,14 @@ impl SlotTable {
 
     /// Moves resident slot `c` to the back of `list`.
     pub fn move_to_back(&mut self, c: CacheBlock, list: u8) {
-        debug_assert!(self.list[c.index()] != FREE_LIST);
+        debug_assert!(self.list.get(c.index()) != FREE_LIST);
         self.unlink(c.0);
         self.link_back(list, c.0);
     }
 
     /// Moves resident slot `c` to the front of `list`.
     pub fn move_to_front(&mut self, c: CacheBlock, list: u8) {
-        debug_assert!(self.list[c.index()] != FREE_LIST);
+        debug_assert!(self.list.get(c.index()) != FREE_LIST);
         self.unlink(c.0);
         self.link_front(list, c.0);
     }
@@ -402,7 +409,7 @@ impl SlotTable {
     }
 
     fn unlink(&mut self, s: u32) {
-        let list = self.list[s as usize];
+        let list = self.list.get(s as usize);
         let (p, n) = (self.prev[s as usize], self.next[s as usize]);
         if p != NIL {
             self.next[p as usize] = n;
@@ -435,7 +442,7 @@ impl SlotTable {
         }
         h.tail = s;
         h.len += 1;
-        self.list[s as usize] = list;
+        self.list.set(s as usize, list);
     }
 
     fn link_front(&mut self, list: u8, s: u32) {
@@ -451,7 +458,7 @@ impl SlotTable {
         }
         h.head = s;
         h.len += 1;
-        self.list[s as usize] = list;
+        self.list.set(s as usize, list);
     }
 }
 
