@@ -96,17 +96,19 @@
 //!   measured, it cost more than it won).
 //!
 //! RAM: the live cache and the minis are [`S3Fifo::compact`] (the ghost
-//! FIFO as 16-bit fingerprints, [`crate::CompactGhost`], ~1.8 B per cache
-//! block instead of ~19.5 B), the minis with a sparse slot index
+//! as 12-bit fingerprints with 4-bit ages, [`crate::CompactGhost`], ~2.4 B
+//! per cache block instead of ~18.9 B), the minis with a sparse slot index
 //! ([`S3Fifo::compact_sparse`]: most of their lookups are misses, which a
-//! dense index makes long): at 1M blocks ~23.8 B per block for the live
-//! cache and ~1.13 B for the ten minis of 4096 blocks and 1/16 more room
-//! (one per candidate, two for the step trial), 24.9 B in all (a test
-//! holds it under 25 B). The compact ghost is approximate (see
-//! [`crate::ghost`]); on the real-trace panel it moved the default's miss
-//! ratio by +0.02 points on average, but by up to +0.7 points where S3-FIFO
-//! is on a cliff in the ghost's reach (an exact ghost of 0.95 instead of 0.9
-//! times the cache costs +1.3 points on arc-P2 at 25%, 4 KiB).
+//! dense index makes long): at 1M blocks ~23.6 B per block for the live
+//! cache and ~1.1 B for the ten minis of 4096 blocks and 1/16 more room
+//! (one per candidate, two for the step trial), 24.7 B in all (a test
+//! holds it under 25 B). The compact ghost forgets an entry after 0.96 to
+//! 1.04 times its length in insertions (see [`crate::ghost`]); the
+//! previous one, bucket FIFOs without ages, spread that by 18% and cost
+//! the default up to 0.74 points on the real-trace panel against an exact
+//! ghost (S3-FIFO can be on a cliff in the ghost's reach: an exact ghost
+//! of 0.95 instead of 0.9 times the cache costs +1.3 points on arc-P2 at
+//! 25%, 4 KiB).
 //!
 //! Deterministic: the sampling hash is fixed and time is an input, so the
 //! simulator and the engine make the same choices for the same stream.

@@ -13,9 +13,9 @@
 //! exactly on read-only traces: `tools/compare_libcachesim.py`). Admission:
 //! [`AlwaysAdmit`] (the default), [`NHitAdmit`] (Open CAS), [`HotspotAdmit`]
 //! (after smq's hotspot queue). RAM per cache block at 1M blocks: adaptive
-//! 24.9 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
-//! hotspot 22.1 B, lru 21.7 B, fifo 21.7 B, sieve 21.8 B, s3fifo 41.5 B,
-//! arc 43.4 B (`cargo bench -p tiercache-policy`).
+//! 24.7 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
+//! hotspot 22.1 B, lru 21.0 B, fifo 21.0 B, sieve 21.1 B, s3fifo 40.1 B,
+//! arc 42.6 B (`cargo bench -p tiercache-policy`).
 //!
 //! Time is always an argument. Nothing here reads a clock, sleeps, locks or
 //! touches a device, so the live engine and the simulator run exactly this

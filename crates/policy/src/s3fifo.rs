@@ -39,15 +39,16 @@
 //! - `remove` (invalidation) of a resident block does not touch the ghost;
 //!   a block cannot be both resident and in the ghost.
 //!
-//! Memory per cache block: the [`SlotTable`] (~21.7 B), 2 frequency bits,
-//! and the ghost of `0.9 * capacity` entries. [`S3Fifo::new`] keeps it
-//! exactly (origin block ids, for exact ghost hits and exact agreement with
-//! libCacheSim) in a second [`SlotTable`]: ~19.5 B, ~41.5 B in all.
-//! [`S3Fifo::compact`] keeps it in a [`CompactGhost`] (16-bit fingerprints
-//! in bucket FIFOs, 2 B per entry): ~1.8 B, ~23.8 B in all, at the price of
-//! false ghost hits on ~0.05% of misses and a FIFO order that is only
-//! approximate (an entry lasts about, not exactly, `0.9 * capacity`
-//! ghost insertions; see [`crate::ghost`]).
+//! Memory per cache block: the [`SlotTable`] (~21.0 B: three lists), 2
+//! frequency bits, and the ghost of `0.9 * capacity` entries.
+//! [`S3Fifo::new`] keeps it exactly (origin block ids, for exact ghost hits
+//! and exact agreement with libCacheSim) in a second [`SlotTable`]: ~18.9 B,
+//! ~40.1 B in all. [`S3Fifo::compact`] keeps it in a [`CompactGhost`]
+//! (12-bit fingerprints with 4-bit ages, ~2.7 B per entry): ~2.4 B, ~23.6 B
+//! in all, at the price of false ghost hits on ~0.6% of misses and a
+//! lifetime of 0.96 to 1.04 times `0.9 * capacity` ghost insertions
+//! instead of exactly that many, a ghost hit lengthening no other entry's
+//! (see [`crate::ghost`]).
 
 use crate::ghost::CompactGhost;
 use crate::slots::SlotTable;
@@ -789,8 +790,11 @@ mod tests {
         let mut c = S3Fifo::compact(1000, SMALL_RATIO);
         let compact = run(&mut c);
         assert!(matches!(c.ghost, Ghost::Compact(_)));
+        // Within 2%: the compact ghost forgets by age, not by position
+        // (a ghost hit lets no other entry stay longer), and its
+        // fingerprints are 12 bits.
         assert!(
-            compact.abs_diff(exact) * 200 <= exact,
+            compact.abs_diff(exact) * 50 <= exact,
             "compact {compact} exact {exact}"
         );
     }

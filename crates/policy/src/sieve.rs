@@ -21,7 +21,7 @@
 //! to one lap over them (SIEVE's own worst case, every block visited, is
 //! already a lap).
 //!
-//! Memory per cache block: the [`SlotTable`] (~21.7 B) and the visited bit.
+//! Memory per cache block: the [`SlotTable`] (~21.0 B: one list) and the visited bit.
 
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};
