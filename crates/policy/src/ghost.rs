@@ -86,6 +86,13 @@ fn ghost_hash(o: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Whether word `w` is an entry still remembered in generation `now`, for
+/// entries that live `lifetime` generations.
+#[inline]
+fn remembered(w: u16, now: u16, lifetime: u16) -> bool {
+    w != EMPTY && (now.wrapping_sub(w) & GENERATION_MASK) < lifetime
+}
+
 impl CompactGhost {
     /// A ghost remembering each insertion for about `len` later ones:
     /// `ceil(len / 24)` buckets. `len == 0` gives a ghost that remembers
@@ -149,7 +156,7 @@ impl CompactGhost {
     /// Whether word `w` is a remembered entry in generation `now`.
     #[inline]
     fn live(&self, w: u16, now: u16) -> bool {
-        w != EMPTY && (now.wrapping_sub(w) & GENERATION_MASK) < self.lifetime
+        remembered(w, now, self.lifetime)
     }
 
     /// The bucket index and fingerprint of `o` (the fingerprint in the
@@ -186,10 +193,9 @@ impl CompactGhost {
 
     /// Empties the words of bucket `b` that are no longer remembered.
     fn clear_forgotten(&mut self, b: usize) {
-        let now = self.generation();
-        let lifetime = self.lifetime;
+        let (now, lifetime) = (self.generation(), self.lifetime);
         for w in &mut self.buckets[b].0 {
-            if *w != EMPTY && (now.wrapping_sub(*w) & GENERATION_MASK) >= lifetime {
+            if !remembered(*w, now, lifetime) {
                 *w = EMPTY;
             }
         }
