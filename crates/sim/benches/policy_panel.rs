@@ -24,7 +24,10 @@
 //! against cache size, one line per policy, OPT dashed). Printed: the
 //! tables, and per trace and size the default's miss ratio, the best of
 //! lru/fifo/arc/s3fifo/sieve, the gap in points, and whether the default
-//! fills more blocks per request than s3fifo.
+//! fills more blocks per request than s3fifo; then the totals (cells
+//! within 0.5 points, mean gap, worst cell, cells filling more) for the
+//! panel's four traces, for any other folders (a hold-out set) and for
+//! all.
 //!
 //! Environment: `POLICY_PANEL_TRACES` (the panel folder, default
 //! `../shared/traces` from the workspace root; the bench fails if it is
@@ -443,9 +446,44 @@ fn csv(results: &[RunResult]) -> String {
     s
 }
 
+/// Issue 13's bar: the default within this many points of the best
+/// baseline in every cell.
+const GAP_BAR_POINTS: f64 = 0.5;
+
+/// One cell of the summary: where, the default's gap to the best baseline
+/// in points, and whether it fills more blocks per request than s3fifo.
+struct Gap {
+    trace: String,
+    block_size: u32,
+    pct: u32,
+    points: f64,
+    fills_more: bool,
+}
+
+/// The totals of `gaps` as a table row: cells, cells within the bar, mean
+/// gap, worst cell, cells where the default fills more than s3fifo.
+fn totals_row(label: &str, gaps: &[&Gap]) -> String {
+    let Some(worst) = gaps.iter().max_by(|a, b| a.points.total_cmp(&b.points)) else {
+        return format!("| {label} | 0 | - | - | - | - |\n");
+    };
+    let within = gaps.iter().filter(|g| g.points <= GAP_BAR_POINTS).count();
+    let mean = gaps.iter().map(|g| g.points).sum::<f64>() / gaps.len() as f64;
+    let fills_more = gaps.iter().filter(|g| g.fills_more).count();
+    format!(
+        "| {label} | {} | {within} | {mean:+.3} | {:+.2} ({} {}k {}%) | {fills_more} |\n",
+        gaps.len(),
+        worst.points,
+        worst.trace,
+        worst.block_size / 1024,
+        worst.pct
+    )
+}
+
 /// Per trace, block size and cache size: the default, the best baseline,
-/// the gap, and the default's fills against s3fifo's.
+/// the gap, and the default's fills against s3fifo's; then the totals for
+/// the panel's four traces, for any others (a hold-out set) and for all.
 fn summary(results: &[RunResult]) -> String {
+    let mut gaps = Vec::new();
     let mut s = String::from(
         "| trace | bs | size | default | best of lru/fifo/arc/s3fifo/sieve | gap (points) | default fills/req | s3fifo fills/req | default fills more |\n\
          |---|---|---:|---:|---|---:|---:|---:|---|\n",
@@ -475,8 +513,28 @@ fn summary(results: &[RunResult]) -> String {
                 sf,
                 if df > sf { "yes" } else { "no" }
             );
+            gaps.push(Gap {
+                trace: r.trace.clone(),
+                block_size: r.block_size,
+                pct: z.pct,
+                points: (d.miss_ratio - best) * 100.0,
+                fills_more: df > sf,
+            });
         }
     }
+    let (panel, others): (Vec<&Gap>, Vec<&Gap>) = gaps
+        .iter()
+        .partition(|g| TRACES.contains(&g.trace.as_str()));
+    let _ = write!(
+        s,
+        "\nTotals (the bar: within {GAP_BAR_POINTS} points of the best baseline, \
+         filling no more than s3fifo):\n\n\
+         | traces | cells | within {GAP_BAR_POINTS} | mean gap | worst | default fills more |\n\
+         |---|---:|---:|---:|---|---:|\n{}{}{}",
+        totals_row("the panel's four", &panel),
+        totals_row("others", &others),
+        totals_row("all", &gaps.iter().collect::<Vec<_>>()),
+    );
     s
 }
 
