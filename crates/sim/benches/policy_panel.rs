@@ -499,6 +499,13 @@ fn summary(results: &[RunResult]) -> String {
                 d.fills_per_req.unwrap_or(0.0),
                 z.get("s3fifo").fills_per_req.unwrap_or(0.0),
             );
+            let gap = Gap {
+                trace: r.trace.clone(),
+                block_size: r.block_size,
+                pct: z.pct,
+                points: (d.miss_ratio - best) * 100.0,
+                fills_more: df > sf,
+            };
             let _ = writeln!(
                 s,
                 "| {} | {}k | {}% | {} | {} {} | {:+.2} | {:.3} | {:.3} | {} |",
@@ -508,18 +515,12 @@ fn summary(results: &[RunResult]) -> String {
                 pct(d.miss_ratio),
                 best_name,
                 pct(best),
-                (d.miss_ratio - best) * 100.0,
+                gap.points,
                 df,
                 sf,
-                if df > sf { "yes" } else { "no" }
+                if gap.fills_more { "yes" } else { "no" }
             );
-            gaps.push(Gap {
-                trace: r.trace.clone(),
-                block_size: r.block_size,
-                pct: z.pct,
-                points: (d.miss_ratio - best) * 100.0,
-                fills_more: df > sf,
-            });
+            gaps.push(gap);
         }
     }
     let (panel, others): (Vec<&Gap>, Vec<&Gap>) = gaps
