@@ -13,7 +13,7 @@
 //! exactly on read-only traces: `tools/compare_libcachesim.py`). Admission:
 //! [`AlwaysAdmit`] (the default), [`NHitAdmit`] (Open CAS), [`HotspotAdmit`]
 //! (after smq's hotspot queue). RAM per cache block at 1M blocks: adaptive
-//! 24.7 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
+//! 25.0 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
 //! hotspot 22.1 B, lru 21.0 B, fifo 21.0 B, sieve 21.1 B, s3fifo 40.1 B,
 //! arc 42.6 B (`cargo bench -p tiercache-policy`).
 //!
@@ -24,6 +24,7 @@
 pub mod adaptive;
 pub mod admission;
 pub mod arc;
+pub mod demotion;
 pub mod director;
 pub mod fifo;
 pub mod first_turnover;

@@ -50,6 +50,7 @@
 //! instead of exactly that many, a ghost hit lengthening no other entry's
 //! (see [`crate::ghost`]).
 
+use crate::demotion::Demotion;
 use crate::ghost::CompactGhost;
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};
@@ -157,6 +158,9 @@ pub struct S3Fifo {
     /// Blocks at the small FIFO's front found stale, evicted before any
     /// other.
     stale_small: u32,
+    /// Main's hit blocks demoted to small when main shrinks (off unless
+    /// [`S3Fifo::set_demote_on_shrink`]).
+    demotion: Demotion,
 }
 
 impl S3Fifo {
@@ -210,6 +214,7 @@ impl S3Fifo {
             main_evictions_since_small_moved: 0,
             small_newcomers: 0,
             stale_small: 0,
+            demotion: Demotion::default(),
         };
         p.set_small_ratio(ratio);
         p
@@ -219,10 +224,44 @@ impl S3Fifo {
     /// moves at once: evictions come from whichever FIFO is over its share
     /// until both fit (the knob [`crate::Adaptive`] turns).
     pub fn set_small_ratio(&mut self, ratio: f64) {
+        let changed = ratio != self.small_ratio;
         self.small_ratio = ratio;
         let capacity = self.limit;
         self.small_size = ((capacity as f64 * ratio.clamp(0.0, 1.0)) as u32).max(1);
         self.main_size = capacity - self.small_size.min(capacity);
+        if changed {
+            let excess = self.main_occupancy().saturating_sub(self.main_size);
+            self.demotion.main_shrank(excess);
+        }
+    }
+
+    /// When a new small share shrinks main, main's blocks hit since they
+    /// entered it go to the small FIFO's back instead of leaving, and
+    /// leave from there without entering the ghost if not hit enough
+    /// ([`crate::demotion`]). Off by default (the plain policy matches
+    /// libCacheSim exactly); [`crate::Adaptive`] turns it on. One bit per
+    /// slot.
+    pub fn set_demote_on_shrink(&mut self, on: bool) {
+        if on {
+            self.demotion.enable(self.slots.capacity());
+        } else {
+            self.demotion = Demotion::default();
+        }
+    }
+
+    /// While `paused`, a smaller main share evicts as without demotion.
+    pub fn pause_demotion(&mut self, paused: bool) {
+        self.demotion.pause(paused);
+    }
+
+    /// A hit on resident `c`: its frequency, and its demotion mark if in
+    /// main.
+    fn hit(&mut self, c: CacheBlock) {
+        let f = self.freq(c);
+        self.set_freq(c, f.saturating_add(1));
+        if self.demotion.enabled() && self.slots.list_of(c) == MAIN {
+            self.demotion.hit_in_main(c);
+        }
     }
 
     /// Holds at most `blocks` (1 to the capacity) from now on, the FIFOs'
@@ -321,27 +360,40 @@ impl S3Fifo {
         while let Some(c) = self.slots.front(SMALL) {
             let o = self.slots.oblock_of(c).expect("listed slot is mapped");
             self.small_front_left();
+            // A block moving to main or leaving is no longer a demoted one.
+            let demoted = self.demotion.clear(c);
             if self.freq(c) >= self.move_threshold {
                 self.set_freq(c, 0);
                 self.slots.move_to_back(c, MAIN);
             } else {
                 self.slots.remove(o);
-                self.ghost.add(o);
+                if !demoted {
+                    self.ghost.add(o);
+                }
                 return Some(o);
             }
         }
         None
     }
 
-    /// Evicts one block from the main FIFO (2-bit CLOCK). Returns None only
-    /// if main holds no clean block.
+    /// Evicts one block from the main FIFO (2-bit CLOCK), or, while main
+    /// gives up a shrunk share's excess, demotes a victim hit in main to
+    /// the small FIFO and evicts from there instead. Returns None only if
+    /// main holds no clean block (or, after a demotion, small none).
     fn evict_main(&mut self) -> Option<OriginBlock> {
         while let Some(c) = self.slots.front(MAIN) {
             let f = self.freq(c);
             if f >= 1 {
                 self.set_freq(c, f.min(3) - 1);
+                self.demotion.lap(c);
                 self.slots.move_to_back(c, MAIN);
+            } else if self.demotion.demote(c) {
+                // The mark now says "demoted": the block is small's newest.
+                self.slots.move_to_back(c, SMALL);
+                self.small_newcomers += 1;
+                return self.evict_small();
             } else {
+                self.demotion.clear(c);
                 let o = self.slots.oblock_of(c).expect("listed slot is mapped");
                 self.slots.remove(o);
                 self.main_evicted();
@@ -385,8 +437,7 @@ impl S3Fifo {
     /// nothing.
     pub fn reference(&mut self, o: OriginBlock, fills_on_miss: bool, now: Time) -> bool {
         if let Some(c) = self.slots.lookup(o) {
-            let f = self.freq(c);
-            self.set_freq(c, f.saturating_add(1));
+            self.hit(c);
             true
         } else {
             if fills_on_miss {
@@ -426,8 +477,7 @@ impl Replacement for S3Fifo {
 
     fn touch(&mut self, oblock: OriginBlock, _access: Access, _now: Time) {
         if let Some(c) = self.slots.lookup(oblock) {
-            let f = self.freq(c);
-            self.set_freq(c, f.saturating_add(1));
+            self.hit(c);
         }
     }
 
@@ -437,8 +487,7 @@ impl Replacement for S3Fifo {
             Some(cblock),
             "{oblock} is not in {cblock}"
         );
-        let f = self.freq(cblock);
-        self.set_freq(cblock, f.saturating_add(1));
+        self.hit(cblock);
     }
 
     fn insert(&mut self, oblock: OriginBlock, _now: Time) -> Option<Insertion> {
@@ -469,6 +518,7 @@ impl Replacement for S3Fifo {
             self.small_newcomers += 1;
         }
         self.set_freq(cblock, 0);
+        self.demotion.clear(cblock);
         Some(Insertion { cblock, evicted })
     }
 
@@ -485,6 +535,7 @@ impl Replacement for S3Fifo {
         }
         self.slots.set_dirty(cblock, dirty);
         self.set_freq(cblock, hint & 3);
+        self.demotion.clear(cblock);
         self.ghost.remove(oblock);
         true
     }
@@ -496,6 +547,9 @@ impl Replacement for S3Fifo {
             .is_some_and(|c| self.slots.list_of(c) == SMALL)
         {
             self.small_middle_left();
+        }
+        if let Some(c) = self.slots.lookup(oblock) {
+            self.demotion.clear(c);
         }
         self.slots.remove(oblock)
     }
@@ -553,7 +607,10 @@ impl Replacement for S3Fifo {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.slots.memory_bytes() + self.freq.len() * 8 + self.ghost.memory_bytes()
+        self.slots.memory_bytes()
+            + self.freq.len() * 8
+            + self.ghost.memory_bytes()
+            + self.demotion.memory_bytes()
     }
 }
 
@@ -686,6 +743,75 @@ mod tests {
             !p.ghost.contains(OriginBlock(1)),
             "main evictions leave no ghost"
         );
+    }
+
+    /// A smaller main share with demotion on (a step of the adaptive
+    /// policy towards recency): main's victims that were hit in main move
+    /// to the small FIFO's back, and small evicts its oldest in their
+    /// place; there they can earn their way back to main, or leave without
+    /// a ghost entry. Unhit victims leave main as before.
+    #[test]
+    fn a_shrinking_main_demotes_its_hit_blocks_to_the_small_fifo() {
+        let mut p = S3Fifo::new(100); // small 10 (0..9), main 90 (10..99)
+        p.set_demote_on_shrink(true);
+        for o in (0..100).chain(10..100) {
+            get(&mut p, o); // every main block hit once
+        }
+        p.set_small_ratio(0.5); // main must give up 40
+        for o in 1000..1005 {
+            get(&mut p, o);
+        }
+        for o in 10..15 {
+            assert_eq!(p.hint(OriginBlock(o)), 0, "{o} demoted to small");
+        }
+        for o in 0..5 {
+            assert!(p.lookup(OriginBlock(o)).is_none());
+            assert!(
+                p.ghost.contains(OriginBlock(o)),
+                "small's own leave a ghost"
+            );
+        }
+        assert_eq!(p.slots.list_len(MAIN), 85);
+        get(&mut p, 11);
+        get(&mut p, 11);
+        for o in 1005..1013 {
+            get(&mut p, o);
+        }
+        // 10 reached small's front unhit: gone, and not in the ghost; 11
+        // was hit twice there: back in main.
+        assert!(p.lookup(OriginBlock(10)).is_none());
+        assert!(
+            !p.ghost.contains(OriginBlock(10)),
+            "no ghost for a demoted block"
+        );
+        assert_eq!(p.hint(OriginBlock(11)) & 4, 4);
+        assert!(p.ghost.contains(OriginBlock(9)));
+
+        // Main blocks never hit in main are evicted, not demoted.
+        let mut p = S3Fifo::new(100);
+        p.set_demote_on_shrink(true);
+        for o in 0..100 {
+            get(&mut p, o);
+        }
+        p.set_small_ratio(0.5);
+        let ins = p.insert(OriginBlock(1000), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(10)));
+        assert!(!p.ghost.contains(OriginBlock(10)));
+        assert_eq!(p.slots.list_len(SMALL), 11);
+    }
+
+    /// Off (plain S3-FIFO, libCacheSim's), a smaller main share evicts
+    /// main's blocks, hit or not.
+    #[test]
+    fn without_demotion_a_shrinking_main_evicts() {
+        let mut p = S3Fifo::new(100);
+        for o in (0..100).chain(10..100) {
+            get(&mut p, o);
+        }
+        p.set_small_ratio(0.5);
+        let ins = p.insert(OriginBlock(1000), Time(0)).unwrap();
+        assert_eq!(ins.evicted, Some(OriginBlock(10)));
+        assert_eq!(p.slots.list_len(SMALL), 11);
     }
 
     #[test]
