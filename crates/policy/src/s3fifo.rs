@@ -158,8 +158,8 @@ pub struct S3Fifo {
     /// Blocks at the small FIFO's front found stale, evicted before any
     /// other.
     stale_small: u32,
-    /// Main's hit blocks demoted to small when main shrinks (off unless
-    /// [`S3Fifo::set_demote_on_shrink`]).
+    /// Main's recently hit blocks demoted to small when main shrinks (off
+    /// unless [`S3Fifo::set_demote_on_shrink`]).
     demotion: Demotion,
 }
 
@@ -235,12 +235,12 @@ impl S3Fifo {
         }
     }
 
-    /// When a new small share shrinks main, main's blocks hit since they
-    /// entered it go to the small FIFO's back instead of leaving, and
-    /// leave from there without entering the ghost if not hit enough
-    /// ([`crate::demotion`]). Off by default (the plain policy matches
-    /// libCacheSim exactly); [`crate::Adaptive`] turns it on. One bit per
-    /// slot.
+    /// When a new small share shrinks main, main's victims hit in the
+    /// hand's lap before their last go to the small FIFO's back instead of
+    /// leaving, and leave from there without entering the ghost if not hit
+    /// enough ([`crate::demotion`]). Off by default (the plain policy
+    /// matches libCacheSim exactly); [`crate::Adaptive`] turns it on. Two
+    /// bits per slot.
     pub fn set_demote_on_shrink(&mut self, on: bool) {
         if on {
             self.demotion.enable(self.slots.capacity());
@@ -377,8 +377,8 @@ impl S3Fifo {
     }
 
     /// Evicts one block from the main FIFO (2-bit CLOCK), or, while main
-    /// gives up a shrunk share's excess, demotes a victim hit in main to
-    /// the small FIFO and evicts from there instead. Returns None only if
+    /// gives up a shrunk share's excess, demotes a victim hit in the lap
+    /// before its last to the small FIFO and evicts from there instead. Returns None only if
     /// main holds no clean block (or, after a demotion, small none).
     fn evict_main(&mut self) -> Option<OriginBlock> {
         while let Some(c) = self.slots.front(MAIN) {
@@ -569,7 +569,9 @@ impl Replacement for S3Fifo {
     /// Simulates the eviction loops without moving anything: in small, the
     /// first block hit fewer than twice; in main, the first block with the
     /// lowest frequency. Looks at most 32 blocks deep per FIFO, so the answer
-    /// is approximate when the front of a FIFO is all hot.
+    /// is approximate when the front of a FIFO is all hot, and while main
+    /// demotes ([`S3Fifo::set_demote_on_shrink`]) it names main's victim
+    /// where small's oldest may leave instead.
     fn peek_victim(&self) -> Option<OriginBlock> {
         if !self.full() || self.slots.dirty_count() == self.slots.len() {
             return None;
