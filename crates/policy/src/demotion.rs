@@ -23,45 +23,15 @@
 //! it was when the hand last passed. A block entering, leaving or moving
 //! between the FIFOs has both cleared (a demoted one then gets `hit`).
 
+use crate::slot_bits::SlotBits;
 use tiercache_types::CacheBlock;
-
-/// One bit per slot.
-#[derive(Clone, Debug, Default)]
-struct Bits(Vec<u64>);
-
-impl Bits {
-    fn new(capacity: u32) -> Self {
-        Bits(vec![0; (capacity as usize).div_ceil(64)])
-    }
-
-    fn get(&self, c: CacheBlock) -> bool {
-        self.0
-            .get(c.index() / 64)
-            .is_some_and(|w| w & (1 << (c.0 % 64)) != 0)
-    }
-
-    fn set(&mut self, c: CacheBlock, on: bool) {
-        if let Some(w) = self.0.get_mut(c.index() / 64) {
-            let bit = 1 << (c.0 % 64);
-            if on {
-                *w |= bit;
-            } else {
-                *w &= !bit;
-            }
-        }
-    }
-
-    fn memory_bytes(&self) -> usize {
-        self.0.len() * 8
-    }
-}
 
 /// The demotion state of one [`crate::S3Fifo`]. Off (and empty) unless
 /// [`Demotion::enable`] was called.
 #[derive(Clone, Debug, Default)]
 pub struct Demotion {
-    hit: Bits,
-    hit_last_lap: Bits,
+    hit: SlotBits,
+    hit_last_lap: SlotBits,
     /// Blocks main still has to give up since its share last shrank.
     left: u32,
     /// Shrinks of main demote nothing while set ([`Demotion::pause`]).
@@ -71,12 +41,12 @@ pub struct Demotion {
 impl Demotion {
     /// Turns demotion on for a cache of `capacity` slots.
     pub fn enable(&mut self, capacity: u32) {
-        self.hit = Bits::new(capacity);
-        self.hit_last_lap = Bits::new(capacity);
+        self.hit = SlotBits::new(capacity);
+        self.hit_last_lap = SlotBits::new(capacity);
     }
 
     pub fn enabled(&self) -> bool {
-        !self.hit.0.is_empty()
+        !self.hit.is_empty()
     }
 
     /// Main's share changed and main holds `excess` blocks over it: that

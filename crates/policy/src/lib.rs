@@ -36,6 +36,7 @@ pub mod s3fifo;
 pub mod sequential;
 pub mod sharing;
 pub mod sieve;
+pub mod slot_bits;
 pub mod slots;
 pub mod smooth_curve;
 pub mod smq;

@@ -23,6 +23,7 @@
 //!
 //! Memory per cache block: the [`SlotTable`] (~21.0 B: one list) and the visited bit.
 
+use crate::slot_bits::SlotBits;
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};
 use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
@@ -38,7 +39,7 @@ const PEEK_SCAN: usize = 64;
 pub struct Sieve {
     slots: SlotTable,
     /// One visited bit per slot.
-    visited: Vec<u64>,
+    visited: SlotBits,
     /// The hand: the next block to look at; None = the front.
     hand: Option<CacheBlock>,
 }
@@ -47,22 +48,17 @@ impl Sieve {
     pub fn new(capacity: u32) -> Self {
         Sieve {
             slots: SlotTable::new(capacity, 1),
-            visited: vec![0; (capacity as usize).div_ceil(64)],
+            visited: SlotBits::new(capacity),
             hand: None,
         }
     }
 
     fn visited(&self, c: CacheBlock) -> bool {
-        self.visited[c.index() / 64] & (1 << (c.0 % 64)) != 0
+        self.visited.get(c)
     }
 
     fn set_visited(&mut self, c: CacheBlock, v: bool) {
-        let w = &mut self.visited[c.index() / 64];
-        if v {
-            *w |= 1 << (c.0 % 64);
-        } else {
-            *w &= !(1 << (c.0 % 64));
-        }
+        self.visited.set(c, v);
     }
 
     /// The block after `c` towards the back, wrapping to the front.
@@ -179,7 +175,7 @@ impl Replacement for Sieve {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.slots.memory_bytes() + self.visited.len() * 8
+        self.slots.memory_bytes() + self.visited.memory_bytes()
     }
 }
 

@@ -47,6 +47,7 @@
 //! Memory per block: the [`SlotTable`] (~21.7 B) + 1 hit bit = ~21.8 B
 //! (the kernel's smq needs ~25 B).
 
+use crate::slot_bits::SlotBits;
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};
 use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
@@ -73,7 +74,7 @@ fn dirty_list(level: u8) -> u8 {
 pub struct Smq {
     slots: SlotTable,
     /// One bit per slot: hit during the current period.
-    hit_bits: Vec<u64>,
+    hit_bits: SlotBits,
     /// Accesses left in the current period.
     period_left: u32,
     period_len: u32,
@@ -84,7 +85,7 @@ impl Smq {
         let period_len = (capacity / 8).max(16);
         Smq {
             slots: SlotTable::new(capacity, 2 * LEVELS),
-            hit_bits: vec![0; (capacity as usize).div_ceil(64)],
+            hit_bits: SlotBits::new(capacity),
             period_left: period_len,
             period_len,
         }
@@ -104,14 +105,11 @@ impl Smq {
     }
 
     fn test_and_set_hit(&mut self, c: CacheBlock) -> bool {
-        let (w, b) = (c.index() / 64, c.0 % 64);
-        let was = self.hit_bits[w] & (1 << b) != 0;
-        self.hit_bits[w] |= 1 << b;
-        was
+        self.hit_bits.test_and_set(c)
     }
 
     fn clear_hit(&mut self, c: CacheBlock) {
-        self.hit_bits[c.index() / 64] &= !(1 << (c.0 % 64));
+        self.hit_bits.set(c, false);
     }
 
     /// Counts one access; ends the period when it is over.
@@ -119,7 +117,7 @@ impl Smq {
         self.period_left -= 1;
         if self.period_left == 0 {
             self.period_left = self.period_len;
-            self.hit_bits.fill(0);
+            self.hit_bits.clear_all();
             self.redistribute(clean_list);
             self.redistribute(dirty_list);
         }
@@ -266,7 +264,7 @@ impl Replacement for Smq {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.slots.memory_bytes() + self.hit_bits.len() * 8
+        self.slots.memory_bytes() + self.hit_bits.memory_bytes()
     }
 }
 
