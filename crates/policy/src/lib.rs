@@ -50,7 +50,7 @@ pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};
 pub use arc::Arc;
 pub use director::{Before, BlockPlan, Counters, Director, DirectorConfig, IoPlan, IoRequest};
 pub use fifo::Fifo;
-pub use ghost::CompactGhost;
+pub use ghost::{CompactGhost, GhostLifetime};
 pub use lru::Lru;
 pub use minis::DeferredMinis;
 pub use s3fifo::S3Fifo;

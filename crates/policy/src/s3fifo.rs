@@ -44,14 +44,17 @@
 //! [`S3Fifo::new`] keeps it exactly (origin block ids, for exact ghost hits
 //! and exact agreement with libCacheSim) in a second [`SlotTable`]: ~18.9 B,
 //! ~40.1 B in all. [`S3Fifo::compact`] keeps it in a [`CompactGhost`]
-//! (12-bit fingerprints with 4-bit ages, ~2.7 B per entry): ~2.4 B, ~23.6 B
-//! in all, at the price of false ghost hits on ~0.6% of misses and a
-//! lifetime of 0.96 to 1.04 times `0.9 * capacity` ghost insertions
-//! instead of exactly that many, a ghost hit lengthening no other entry's
-//! (see [`crate::ghost`]).
+//! (11-bit fingerprints with 5-bit generations, ~2.7 B per entry): ~2.4 B,
+//! ~23.6 B in all, at the price of false ghost hits on ~1.2% of misses and
+//! a lifetime of 0.96 to 1.04 times `0.9 * capacity` ghost insertions, a
+//! ghost hit lengthening no other entry's ([`GhostLifetime::Insertions`]);
+//! [`S3Fifo::compact_sparse`] (the adaptive policy's minis) holds about
+//! `0.9 * capacity` entries instead, a ghost hit keeping the older entries
+//! one insertion longer as in the exact FIFO ([`GhostLifetime::Entries`];
+//! see [`crate::ghost`]).
 
 use crate::demotion::Demotion;
-use crate::ghost::CompactGhost;
+use crate::ghost::{CompactGhost, GhostLifetime};
 use crate::slots::SlotTable;
 use crate::{Insertion, Replacement};
 use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
@@ -179,23 +182,39 @@ impl S3Fifo {
     }
 
     /// S3-FIFO whose small FIFO takes `ratio` (0..1) of the cache, with the
-    /// compact ghost ([`CompactGhost`], ~2 B instead of ~20 B per entry):
-    /// no longer exactly libCacheSim's S3-FIFO (see the module
-    /// documentation). [`crate::Adaptive`] runs this one.
+    /// compact ghost ([`CompactGhost`], ~2 B instead of ~20 B per entry),
+    /// each entry remembered for the ghost's length in insertions
+    /// ([`GhostLifetime::Insertions`]): no longer exactly libCacheSim's
+    /// S3-FIFO (see the module documentation). [`crate::Adaptive`]'s live
+    /// cache runs this one.
     pub fn compact(capacity: u32, ratio: f64) -> Self {
-        S3Fifo::with_compact_ghost(SlotTable::new(capacity, 3), ratio)
+        S3Fifo::with_compact_ghost(
+            SlotTable::new(capacity, 3),
+            ratio,
+            GhostLifetime::Insertions,
+        )
     }
 
-    /// [`S3Fifo::compact`] with a [`SlotTable::sparse`] index: the same
-    /// decisions, faster lookups, 3.4 bytes more per block. For
-    /// [`crate::Adaptive`]'s mini-caches, whose size is bounded.
+    /// [`S3Fifo::compact`] with a [`SlotTable::sparse`] index (faster
+    /// lookups, 3.4 bytes more per block) and a ghost that holds its length
+    /// in entries, as S3-FIFO's own FIFO does ([`GhostLifetime::Entries`]).
+    /// For [`crate::Adaptive`]'s mini-caches, whose size is bounded (why
+    /// their ghosts count entries: `adaptive.rs`).
     pub fn compact_sparse(capacity: u32, ratio: f64) -> Self {
-        S3Fifo::with_compact_ghost(SlotTable::sparse(capacity, 3), ratio)
+        S3Fifo::with_compact_ghost(
+            SlotTable::sparse(capacity, 3),
+            ratio,
+            GhostLifetime::Entries,
+        )
     }
 
-    fn with_compact_ghost(slots: SlotTable, ratio: f64) -> Self {
+    fn with_compact_ghost(slots: SlotTable, ratio: f64, lifetime: GhostLifetime) -> Self {
         let ghost_size = (slots.capacity() as f64 * GHOST_RATIO) as u32;
-        S3Fifo::with_ghost(slots, ratio, Ghost::Compact(CompactGhost::new(ghost_size)))
+        S3Fifo::with_ghost(
+            slots,
+            ratio,
+            Ghost::Compact(CompactGhost::new(ghost_size, lifetime)),
+        )
     }
 
     fn with_ghost(slots: SlotTable, ratio: f64, ghost: Ghost) -> Self {
