@@ -118,11 +118,11 @@
 //! the minis' ghosts hold their length in entries, as S3-FIFO's exact
 //! FIFO does (a ghost hit keeps the older entries one insertion longer):
 //! measured on the real-trace panel and its hold-outs (docs/BENCHMARKS.md,
-//! session 52), the minis' choice then leaves 39 of the panel's 40 cells
-//! within half a point of the best simple policy instead of 38, 83 of 90
-//! with the hold-outs instead of 80, all 41 LIRS-trace cells instead of
-//! 40, at the same mean gap; the live cache counting entries too scored
-//! 82 of 90 at a mean 0.07 points worse. The earlier
+//! session 52), 83 of 90 cells within half a point of the best simple
+//! policy against 82 with every ghost counting insertions (the same
+//! layout), the LIRS traces' mean gap -0.243 against -0.230, the other
+//! means alike; the live cache counting entries too scored 82 of 90 at a
+//! mean 0.06 points worse. The earlier
 //! one, bucket FIFOs without ages, spread that by 18% and cost
 //! the default up to 0.74 points on the real-trace panel against an exact
 //! ghost (S3-FIFO can be on a cliff in the ghost's reach: an exact ghost
