@@ -109,9 +109,11 @@ pub struct CompactGhost {
     current: u16,
     /// The oldest generation still remembered (`current` if only it is).
     oldest: u16,
-    /// Entries held per generation.
+    /// What the lifetime counts, per live generation: the entries still
+    /// there ([`GhostLifetime::Entries`]), or every insertion, those that
+    /// left since included ([`GhostLifetime::Insertions`]).
     count: [u32; GENERATIONS],
-    /// Entries held in all.
+    /// The sum of `count` over the live generations.
     held: usize,
     /// The bucket the next insertion clears of forgotten words.
     hand: usize,
