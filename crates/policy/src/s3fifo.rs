@@ -164,6 +164,9 @@ pub struct S3Fifo {
     /// Main's recently hit blocks demoted to small when main shrinks (off
     /// unless [`S3Fifo::set_demote_on_shrink`]).
     demotion: Demotion,
+    /// Hits on blocks in main, dirty ones included, since the cache was
+    /// made ([`S3Fifo::main_hits`]).
+    main_hits: u64,
 }
 
 impl S3Fifo {
@@ -234,6 +237,7 @@ impl S3Fifo {
             small_newcomers: 0,
             stale_small: 0,
             demotion: Demotion::default(),
+            main_hits: 0,
         };
         p.set_small_ratio(ratio);
         p
@@ -278,9 +282,25 @@ impl S3Fifo {
     fn hit(&mut self, c: CacheBlock) {
         let f = self.freq(c);
         self.set_freq(c, f.saturating_add(1));
-        if self.demotion.enabled() && self.slots.list_of(c) == MAIN {
+        let list = self.slots.list_of(c);
+        if list != SMALL {
+            self.main_hits += 1;
+        }
+        if self.demotion.enabled() && list == MAIN {
             self.demotion.hit_in_main(c);
         }
+    }
+
+    /// Hits on blocks in main (dirty ones included) since the cache was
+    /// made: with [`S3Fifo::main_len`], what main's blocks earn (the
+    /// adaptive policy's step trial reads it).
+    pub fn main_hits(&self) -> u64 {
+        self.main_hits
+    }
+
+    /// Blocks in main, dirty ones included.
+    pub fn main_len(&self) -> u32 {
+        self.main_occupancy()
     }
 
     /// Holds at most `blocks` (1 to the capacity) from now on, the FIFOs'
