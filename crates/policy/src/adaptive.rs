@@ -57,7 +57,8 @@
 //!   then every mini's count is multiplied by
 //!   [`WINDOW_DECAY`](crate::minis::WINDOW_DECAY) (an exponential window
 //!   over the recent past, so a change of workload is followed). Towards
-//!   recency it moves **one step**, not a jump: a larger small FIFO is
+//!   recency it moves **one step** (once main has proven its worth,
+//!   below), not a jump: a larger small FIFO is
 //!   made by evicting main's blocks, and on a noisy estimate jumping
 //!   there cost more than it won (measured on the panel: with jumps both
 //!   ways, 1and1-linux-mysql at 4 KiB and 5% missed 1.7 points more than
@@ -175,8 +176,9 @@ const fn candidate(share: f64, threshold: u8) -> Candidate {
     Candidate { share, threshold }
 }
 
-/// The candidates, ordered from frequency-minded to recency-minded (the
-/// live cache moves one step at a time along this order): shares of 2% to
+/// The candidates, ordered from frequency-minded to recency-minded (once
+/// main has proven its worth, the live cache moves towards recency one
+/// step at a time along this order): shares of 2% to
 /// 50% with S3-FIFO's two hits, then 50% and 70% with one hit.
 pub const CANDIDATES: &[Candidate] = &[
     candidate(0.02, 2),
