@@ -91,11 +91,12 @@
 //!   the minis' copy of the live cache), there is little to give up, so
 //!   the trial's copy reaches straight for the best fixed mini when that
 //!   is more than a step away, and the live cache jumps there if the copy
-//!   paid. A short trace that wants recency from the start (tencent-cbs-sample,
-//!   2 s of 2,038 volumes, where main earns at most 0.15) gets there
-//!   before it ends; a trace whose main has earned its keep moves a step
-//!   at a time, as above, whatever its phases. A cache restored warm
-//!   counts as proven: the minis never saw what its main holds.
+//!   won beyond noise ([`JUMP_Z`](crate::minis::JUMP_Z)). A short trace
+//!   that wants recency from the start (tencent-cbs-sample, 2 s of 2,038
+//!   volumes, where main earns at most 0.15) gets there before it ends; a
+//!   trace whose main has earned its keep moves a step at a time, as
+//!   above, whatever its phases. A cache restored warm counts as proven:
+//!   the minis never saw what its main holds.
 //! - **The first turnover** after the cache first fills runs at least
 //!   50% probation, unless the blocks resident when the cache was nearly
 //!   full earn hits beside the new ones ([`crate::first_turnover`]): a
