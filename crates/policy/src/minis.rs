@@ -41,7 +41,8 @@ pub const WINDOW_DECAY: f64 = 0.9;
 /// mini) for a move towards recency to be a step rather than a jump
 /// (`StepTrial`). Main's blocks are what a step gives up: until they earn
 /// this much, there is little to lose. Measured on the policy panel and
-/// its hold-outs, any value from 0.2 to 0.4 decides alike: the short
+/// its hold-outs (before [`JUMP_Z`]), any value from 0.2 to 0.4 decides
+/// alike: the short
 /// tencent-cbs-sample trace's main earns at most 0.15 (it jumps, and gains
 /// 0.29 points at 4 KiB and 10%), 1and1-linux-mysql's 0.52 by the epoch
 /// its minis first favour recency, libCacheSim's CloudPhysics trace 0.75
