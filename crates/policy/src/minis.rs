@@ -323,6 +323,8 @@ pub struct MiniFeed {
     minis: Arc<Mutex<Minis>>,
     /// A batch was handed over since the last [`MiniFeed::take_deferred`].
     handed: bool,
+    /// [`MiniFeed::main_proven`] was called (a restore calls it per block).
+    told_main_proven: bool,
 }
 
 impl MiniFeed {
@@ -360,6 +362,7 @@ impl MiniFeed {
                 main_proven: false,
             })),
             handed: false,
+            told_main_proven: false,
         }
     }
 
@@ -378,7 +381,9 @@ impl MiniFeed {
     /// restored warm: the minis never saw what its main holds), so moves
     /// towards recency are steps.
     pub fn main_proven(&mut self) {
-        lock(&self.minis).main_proven = true;
+        if !std::mem::replace(&mut self.told_main_proven, true) {
+            lock(&self.minis).main_proven = true;
+        }
     }
 
     /// Each candidate's mini's misses in the window (for tests).
