@@ -253,7 +253,7 @@ impl S3Fifo {
         self.small_size = ((capacity as f64 * ratio.clamp(0.0, 1.0)) as u32).max(1);
         self.main_size = capacity - self.small_size.min(capacity);
         if changed {
-            let excess = self.main_occupancy().saturating_sub(self.main_size);
+            let excess = self.main_len().saturating_sub(self.main_size);
             self.demotion.main_shrank(excess);
         }
     }
@@ -296,11 +296,6 @@ impl S3Fifo {
     /// adaptive policy's step trial reads it).
     pub fn main_hits(&self) -> u64 {
         self.main_hits
-    }
-
-    /// Blocks in main, dirty ones included.
-    pub fn main_len(&self) -> u32 {
-        self.main_occupancy()
     }
 
     /// Holds at most `blocks` (1 to the capacity) from now on, the FIFOs'
@@ -384,13 +379,13 @@ impl S3Fifo {
     }
 
     /// Blocks counted against the main FIFO's share (dirty ones included).
-    fn main_occupancy(&self) -> u32 {
+    pub fn main_len(&self) -> u32 {
         self.slots.list_len(MAIN) + self.slots.list_len(DIRTY)
     }
 
     /// Whether the next eviction starts in main (libCacheSim `S3FIFO_evict`).
     fn evict_from_main(&self) -> bool {
-        self.main_occupancy() > self.main_size || self.slots.list_len(SMALL) == 0
+        self.main_len() > self.main_size || self.slots.list_len(SMALL) == 0
     }
 
     /// Evicts one block from the small FIFO, moving hot ones to main.
