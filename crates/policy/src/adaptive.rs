@@ -64,7 +64,11 @@
 //!   ways, 1and1-linux-mysql at 4 KiB and 5% missed 1.7 points more than
 //!   with steps). Towards frequency it goes straight to the best mini: a
 //!   smaller small FIFO only evicts blocks not yet proven, which the
-//!   ghost remembers.
+//!   ghost remembers. Nor does it wait for the window when a phase of
+//!   recency ends: a more frequency-minded mini that missed fewer than
+//!   the live cache's replica in the epoch just ended alone, by
+//!   [`RETURN_Z`](crate::minis::RETURN_Z) deviations, takes it back at
+//!   once, and the next step towards recency must then win beyond noise.
 //! - **A step towards recency must pay on the live cache's own state**
 //!   (`minis.rs`, `StepTrial`). The fixed minis say where a cache that
 //!   had always run a candidate would be, not what getting there costs,
