@@ -70,7 +70,9 @@ pub const JUMP_Z: f64 = 2.0;
 /// two epochs later. After such a return, the next step towards recency
 /// must win beyond noise ([`JUMP_Z`]), or the live cache steps straight
 /// back on a lead of a few misses. Measured on the panel and its
-/// hold-outs: 3, 4 and 5 decide nearly alike (session 56 in
+/// hold-outs: 4 and 5 decide alike but for a few hundredths of a point;
+/// at 3 the return also fires on arc-P3 at 4 KiB and 25% (0.37 points
+/// worse), at 8 it fires nowhere it matters (session 56 in
 /// docs/BENCHMARKS.md).
 pub const RETURN_Z: f64 = 4.0;
 
