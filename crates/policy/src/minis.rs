@@ -563,6 +563,22 @@ mod tests {
         m
     }
 
+    /// Ends another epoch of `m`: the same windowed misses, every fixed
+    /// mini missing as many as the replica (100) in it, and the step
+    /// trial's copy hitting `only_step` accesses the replica missed and
+    /// `only_stay` the reverse.
+    fn paired_epoch(m: &mut Minis, only_step: u64, only_stay: u64) {
+        for mini in &mut m.minis {
+            mini.misses /= WINDOW_DECAY;
+            mini.epoch_misses = 100.0;
+        }
+        m.trial.stay.misses = 100.0;
+        m.trial.step.as_mut().expect("a trial").misses =
+            100.0 - only_step as f64 + only_stay as f64;
+        (m.trial.only_step_hit, m.trial.only_stay_hit) = (only_step, only_stay);
+        m.end_epoch();
+    }
+
     #[test]
     fn a_step_towards_recency_is_taken_only_when_the_trial_pays() {
         // The fixed minis point up; the step missed more than staying.
@@ -630,18 +646,8 @@ mod tests {
         m.main_proven = false;
         m.end_epoch();
         assert_eq!((m.chosen, m.trial.reach, m.trial.jump), (1, 4, true));
-        // An epoch whose trial's copy missed `step`, of which `only_step`
-        // accesses it hit and `stay` missed, `only_stay` the reverse.
         let next_epoch = |m: &mut Minis, only_step: u64, only_stay: u64| {
-            for mini in &mut m.minis {
-                mini.misses /= WINDOW_DECAY;
-                mini.epoch_misses = 100.0;
-            }
-            m.trial.stay.misses = 100.0;
-            m.trial.step.as_mut().expect("a trial").misses =
-                100.0 - only_step as f64 + only_stay as f64;
-            (m.trial.only_step_hit, m.trial.only_stay_hit) = (only_step, only_stay);
-            m.end_epoch();
+            paired_epoch(m, only_step, only_stay);
             (m.chosen, m.trial.reach, m.trial.jump)
         };
         // Not paid: no move, and the next trial reaches for the best again.
@@ -679,19 +685,9 @@ mod tests {
         m.minis[1].epoch_misses = 850.0;
         m.end_epoch();
         assert_eq!((m.chosen, m.returned), (0, true));
-        // Epochs whose fixed minis missed as many as the replica, the
-        // window still favouring 3, and the step trial's copy hitting
-        // `only_step` accesses the replica missed, `only_stay` the reverse.
+        // The window still favours 3.
         let next_epoch = |m: &mut Minis, only_step: u64, only_stay: u64| {
-            for mini in &mut m.minis {
-                mini.misses /= WINDOW_DECAY;
-                mini.epoch_misses = 100.0;
-            }
-            m.trial.stay.misses = 100.0;
-            m.trial.step.as_mut().expect("a trial").misses =
-                100.0 - only_step as f64 + only_stay as f64;
-            (m.trial.only_step_hit, m.trial.only_stay_hit) = (only_step, only_stay);
-            m.end_epoch();
+            paired_epoch(m, only_step, only_stay);
             (m.chosen, m.returned)
         };
         // Paid within noise (3 against 1): no step.
