@@ -601,6 +601,39 @@ mod tests {
     }
 
     #[test]
+    fn when_a_phase_of_recency_ends_the_live_cache_returns_within_epochs() {
+        // After `towards_recency_...`'s phase, a hot set of 900 blocks,
+        // three reads of it to one of a block read once: main must hold
+        // the hot set, so a small FIFO of 2% or 5% (main 980 or 950
+        // blocks) hits it and one of 35% or more (650 at most) misses
+        // much of it.
+        let mut a = Adaptive::new(1000);
+        moves_up(&mut a, |a| loop_over_a_hot_set(a, 40));
+        assert!(a.small_share() > 0.3, "share {}", a.small_share());
+        let epoch = EPOCH_ACCESSES.max(2 * 1000);
+        let back = (0..20 * epoch).find(|&i| {
+            let o = if i % 4 == 3 {
+                1 << 44 | i
+            } else {
+                1 << 43 | (i % 900)
+            };
+            crate::test_access(&mut a, o);
+            a.small_share() <= 0.05
+        });
+        // The window, weighed over the epochs of recency, does not come
+        // back within 20 epochs (measured with the quick return off). An
+        // epoch's own counts do within three: the one the phase began in,
+        // one for the hot set to reach main in the 2% mini, and the one
+        // that shows it (and a batch for the choice to reach the live
+        // cache).
+        let back = back.expect("back towards frequency");
+        assert!(
+            back <= 3 * epoch + crate::minis::BATCH as u64,
+            "{back} accesses, epoch {epoch}"
+        );
+    }
+
+    #[test]
     fn while_main_has_earned_nothing_the_live_cache_jumps_towards_recency() {
         // The same stream after a scan that fills the cache: a block
         // reaches main by a ghost hit on its second read and is never read
