@@ -41,7 +41,6 @@
 //! instead of 1,5,10,25,50),
 //! `POLICY_PANEL_THREADS` (worker threads, default 2).
 
-use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -167,22 +166,6 @@ fn trace_file(dir: &Path) -> Option<(PathBuf, TraceOptions)> {
     Some((others.into_iter().next()?, TraceOptions::default()))
 }
 
-/// Distinct blocks of `block_size` the trace touches.
-fn footprint(path: &Path, options: &TraceOptions, block_size: u32) -> u64 {
-    let bs = block_size as u64;
-    let mut seen = HashSet::new();
-    for r in open_trace(path, options).expect("open trace") {
-        let r = r.expect("trace parses");
-        if r.len == 0 {
-            continue;
-        }
-        for b in r.offset / bs..=(r.offset + r.len - 1) / bs {
-            seen.insert(b);
-        }
-    }
-    seen.len() as u64
-}
-
 /// The cache sizes to run, in % of the footprint: `POLICY_PANEL_SIZES`
 /// (comma-separated, e.g. `2,15,35`: sizes the panel's table does not
 /// show, to check that a change holds beyond them), else [`SIZE_PCTS`].
@@ -207,7 +190,7 @@ fn run_one(
     threads: usize,
 ) -> RunResult {
     let t0 = Instant::now();
-    let fp = footprint(path, options, block_size);
+    let fp = trace_footprint(path, options, block_size).expect("trace parses");
     let pcts = size_pcts();
     let blocks: Vec<u64> = pcts.iter().map(|&p| (fp * p as u64 / 100).max(1)).collect();
     let default = parse_policy("default").expect("the default policy");

@@ -14,7 +14,7 @@
 
 use crate::simulate::{ConfigRunner, PoolSplit, SimSpec, VolumeCurve};
 use crate::trace::{Request, VOLUME_SHIFT};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use tiercache_policy::sharing::{split, SplitInput};
 use tiercache_policy::PolicyConfig;
 
@@ -65,7 +65,7 @@ pub fn compare_splits(
     // Each volume's curve: (blocks, hits) at growing slice sizes, the
     // volumes shared out among worker threads.
     let curve_of = |reqs: &[Request]| -> Result<Curve, String> {
-        let footprint = footprint(reqs, bs).min(capacity);
+        let footprint = crate::distinct_blocks(reqs.iter().copied(), bs).min(capacity);
         let mut curve = vec![(0u64, 0u64)];
         let mut blocks = 1u64;
         while blocks <= footprint {
@@ -156,20 +156,6 @@ pub fn compare_splits(
         shared_volumes: shared.volume_results(),
         curves: volume_curves,
     })
-}
-
-/// Distinct blocks the requests touch.
-fn footprint(reqs: &[Request], bs: u64) -> u64 {
-    let mut seen = HashSet::new();
-    for r in reqs {
-        if r.len == 0 {
-            continue;
-        }
-        for b in r.offset / bs..=(r.offset + r.len - 1) / bs {
-            seen.insert(b);
-        }
-    }
-    seen.len() as u64
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@
 //! criterion's other half asks to be no more (not met in 6 cells:
 //! docs/ARCHITECTURE.md, "Where it loses").
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use tiercache_sim::*;
 use tiercache_types::CacheMode;
@@ -38,22 +37,6 @@ const FORMAT: &str = "csv:time=0,offset=1,len=2,op=3,op_read=R,op_write=W";
 
 fn panel_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
-}
-
-/// Distinct blocks of `block_size` the trace touches.
-fn footprint(path: &Path, options: &TraceOptions, block_size: u32) -> u64 {
-    let bs = u64::from(block_size);
-    let mut seen = HashSet::new();
-    for r in open_trace(path, options).expect("open trace") {
-        let r = r.expect("trace parses");
-        if r.len == 0 {
-            continue;
-        }
-        for b in r.offset / bs..=(r.offset + r.len - 1) / bs {
-            seen.insert(b);
-        }
-    }
-    seen.len() as u64
 }
 
 /// One cell's outcome: the default's miss ratio and fills per request, the
@@ -81,7 +64,7 @@ fn run_trace(name: &'static str, path: &Path, block_size: u32) -> Vec<Cell> {
         format: Some(FORMAT.parse().expect("panel csv mapping")),
         ..TraceOptions::default()
     };
-    let fp = footprint(path, &options, block_size);
+    let fp = trace_footprint(path, &options, block_size).expect("trace parses");
     let blocks: Vec<u64> = SIZE_PCTS.iter().map(|p| (fp * p / 100).max(1)).collect();
     let default = parse_policy("default").expect("the default policy");
     let mut named = vec![("default", default)];
