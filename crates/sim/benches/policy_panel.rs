@@ -48,23 +48,8 @@ use tiercache_policy::PolicyConfig;
 use tiercache_sim::*;
 use tiercache_types::CacheMode;
 
-/// The panel, in the order reported.
-const TRACES: [&str; 4] = [
-    "1and1-linux-mysql",
-    "arc-P2",
-    "arc-P3",
-    "tencent-cbs-sample",
-];
-const BLOCK_SIZES: [u32; 2] = [4096, 65536];
-/// The panel's cache sizes, in % of the footprint (`POLICY_PANEL_SIZES`
-/// replaces them).
-const SIZE_PCTS: [u32; 5] = [1, 5, 10, 25, 50];
 /// The policies besides the default, all with `always` admission.
 const POLICIES: [&str; 6] = ["lru", "fifo", "s3fifo", "arc", "sieve", "smq"];
-/// The ones the default is compared with.
-const BASELINES: [&str; 5] = ["lru", "fifo", "arc", "s3fifo", "sieve"];
-const FORMAT: &str = "csv:time=0,offset=1,len=2,op=3,op_read=R,op_write=W";
-
 /// One row of results: a policy (or OPT) at one cache size.
 struct Cell {
     miss_ratio: f64,
@@ -111,14 +96,14 @@ fn columns() -> Vec<String> {
 /// The panel's four traces, then every other folder of `dir` that holds a
 /// trace ([`trace_file`]), by name.
 fn traces(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = TRACES.iter().map(|t| t.to_string()).collect();
+    let mut names: Vec<String> = PANEL_TRACES.iter().map(|t| t.to_string()).collect();
     let mut others: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| trace_file(&e.path()).is_some())
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| !TRACES.contains(&n.as_str()))
+        .filter(|n| !PANEL_TRACES.contains(&n.as_str()))
         .collect();
     others.sort();
     names.extend(others);
@@ -145,11 +130,7 @@ fn default_out() -> PathBuf {
 fn trace_file(dir: &Path) -> Option<(PathBuf, TraceOptions)> {
     let csv = dir.join("blocks.csv.zst");
     if csv.is_file() {
-        let options = TraceOptions {
-            format: Some(FORMAT.parse().expect("panel csv mapping")),
-            ..TraceOptions::default()
-        };
-        return Some((csv, options));
+        return Some((csv, panel_trace_options()));
     }
     let mut others: Vec<PathBuf> = std::fs::read_dir(dir)
         .ok()?
@@ -168,7 +149,7 @@ fn trace_file(dir: &Path) -> Option<(PathBuf, TraceOptions)> {
 
 /// The cache sizes to run, in % of the footprint: `POLICY_PANEL_SIZES`
 /// (comma-separated, e.g. `2,15,35`: sizes the panel's table does not
-/// show, to check that a change holds beyond them), else [`SIZE_PCTS`].
+/// show, to check that a change holds beyond them), else [`PANEL_SIZE_PCTS`].
 fn size_pcts() -> Vec<u32> {
     match std::env::var("POLICY_PANEL_SIZES") {
         Ok(v) => v
@@ -178,7 +159,7 @@ fn size_pcts() -> Vec<u32> {
                 _ => panic!("POLICY_PANEL_SIZES: {p:?} is not a percentage from 1 to 100"),
             })
             .collect(),
-        Err(_) => SIZE_PCTS.to_vec(),
+        Err(_) => PANEL_SIZE_PCTS.to_vec(),
     }
 }
 
@@ -325,7 +306,7 @@ fn markdown(results: &[RunResult], summary: &str) -> String {
     );
     for r in results {
         for z in &r.sizes {
-            let best = BASELINES
+            let best = PANEL_BASELINES
                 .iter()
                 .map(|n| z.get(n).miss_ratio)
                 .fold(f64::INFINITY, f64::min);
@@ -333,7 +314,7 @@ fn markdown(results: &[RunResult], summary: &str) -> String {
                 .iter()
                 .map(|c| {
                     let m = z.get(c).miss_ratio;
-                    if BASELINES.contains(&c.as_str()) && m == best {
+                    if PANEL_BASELINES.contains(&c.as_str()) && m == best {
                         format!("**{}**", pct(m))
                     } else {
                         pct(m)
@@ -429,10 +410,6 @@ fn csv(results: &[RunResult]) -> String {
     s
 }
 
-/// Issue 13's bar: the default within this many points of the best
-/// baseline in every cell.
-const GAP_BAR_POINTS: f64 = 0.5;
-
 /// One cell of the summary: where, the default's gap to the best baseline
 /// in points, and whether it fills more blocks per request than s3fifo.
 struct Gap {
@@ -449,7 +426,10 @@ fn totals_row(label: &str, gaps: &[&Gap]) -> String {
     let Some(worst) = gaps.iter().max_by(|a, b| a.points.total_cmp(&b.points)) else {
         return format!("| {label} | 0 | - | - | - | - |\n");
     };
-    let within = gaps.iter().filter(|g| g.points <= GAP_BAR_POINTS).count();
+    let within = gaps
+        .iter()
+        .filter(|g| g.points <= PANEL_GAP_BAR_POINTS)
+        .count();
     let mean = gaps.iter().map(|g| g.points).sum::<f64>() / gaps.len() as f64;
     let fills_more = gaps.iter().filter(|g| g.fills_more).count();
     format!(
@@ -474,7 +454,7 @@ fn summary(results: &[RunResult]) -> String {
     for r in results {
         for z in &r.sizes {
             let d = z.get("default");
-            let (best_name, best) = BASELINES
+            let (best_name, best) = PANEL_BASELINES
                 .iter()
                 .map(|n| (*n, z.get(n).miss_ratio))
                 .fold(("", f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
@@ -508,12 +488,12 @@ fn summary(results: &[RunResult]) -> String {
     }
     let (panel, others): (Vec<&Gap>, Vec<&Gap>) = gaps
         .iter()
-        .partition(|g| TRACES.contains(&g.trace.as_str()));
+        .partition(|g| PANEL_TRACES.contains(&g.trace.as_str()));
     let _ = write!(
         s,
-        "\nTotals (the bar: within {GAP_BAR_POINTS} points of the best baseline, \
+        "\nTotals (the bar: within {PANEL_GAP_BAR_POINTS} points of the best baseline, \
          filling no more than s3fifo):\n\n\
-         | traces | cells | within {GAP_BAR_POINTS} | mean gap | worst | default fills more |\n\
+         | traces | cells | within {PANEL_GAP_BAR_POINTS} | mean gap | worst | default fills more |\n\
          |---|---:|---:|---:|---|---:|\n{}{}{}",
         totals_row("the panel's four", &panel),
         totals_row("others", &others),
@@ -556,7 +536,7 @@ fn main() {
             );
             continue;
         };
-        for bs in BLOCK_SIZES {
+        for bs in PANEL_BLOCK_SIZES {
             results.push(run_one(name, &path, &options, bs, threads));
         }
     }

@@ -33,6 +33,7 @@ pub mod footprint;
 pub mod idmap;
 pub mod mrc;
 pub mod opt;
+pub mod panel;
 #[cfg(feature = "plot")]
 pub mod plot;
 pub mod pool;
@@ -49,6 +50,10 @@ pub use fiojob::{parse_fio_job, FioJob};
 pub use footprint::{distinct_blocks, trace_footprint};
 pub use mrc::{Mrc, MrcMethod};
 pub use opt::OptVariant;
+pub use panel::{
+    panel_trace_options, PANEL_BASELINES, PANEL_BLOCK_SIZES, PANEL_GAP_BAR_POINTS, PANEL_SIZE_PCTS,
+    PANEL_TRACES,
+};
 pub use report::{render_table, to_json, write_outputs, OutputPaths};
 pub use simulate::{
     default_policies, parse_cache_sizes, parse_policy, policy_label, simulate, CleanerSpec,

@@ -3,9 +3,9 @@
 //! half of the hit-ratio issue's criterion, checked by `make test`.
 //!
 //! For each of the panel's four traces, at 4 KiB and 64 KiB blocks and at
-//! 1, 5, 10, 25 and 50% of the footprint (as `cargo bench --bench
-//! policy_panel` runs them: writethrough, sequential cutoff 0, `always`
-//! admission for the others):
+//! 1, 5, 10, 25 and 50% of the footprint (`tiercache_sim::panel`, as
+//! `cargo bench --bench policy_panel` runs them: writethrough, sequential
+//! cutoff 0, `always` admission for the others):
 //! - the default misses no more than the best of LRU, FIFO, ARC, S3-FIFO
 //!   and SIEVE plus half a point;
 //! - the default's miss ratio does not rise as the cache grows.
@@ -21,20 +21,6 @@ use std::path::{Path, PathBuf};
 use tiercache_sim::*;
 use tiercache_types::CacheMode;
 
-const TRACES: [&str; 4] = [
-    "1and1-linux-mysql",
-    "arc-P2",
-    "arc-P3",
-    "tencent-cbs-sample",
-];
-const BLOCK_SIZES: [u32; 2] = [4096, 65536];
-const SIZE_PCTS: [u64; 5] = [1, 5, 10, 25, 50];
-const BASELINES: [&str; 5] = ["lru", "fifo", "arc", "s3fifo", "sieve"];
-/// The criterion's bar, in points of miss ratio.
-const GAP_BAR_POINTS: f64 = 0.5;
-/// The panel's common form (`time_us,offset_bytes,len_bytes,op`).
-const FORMAT: &str = "csv:time=0,offset=1,len=2,op=3,op_read=R,op_write=W";
-
 fn panel_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
 }
@@ -44,7 +30,7 @@ fn panel_dir() -> PathBuf {
 struct Cell {
     trace: &'static str,
     block_size: u32,
-    pct: u64,
+    pct: u32,
     default_miss: f64,
     best: &'static str,
     best_miss: f64,
@@ -60,15 +46,15 @@ impl Cell {
 
 /// Runs the default and the baselines on one trace at one block size.
 fn run_trace(name: &'static str, path: &Path, block_size: u32) -> Vec<Cell> {
-    let options = TraceOptions {
-        format: Some(FORMAT.parse().expect("panel csv mapping")),
-        ..TraceOptions::default()
-    };
+    let options = panel_trace_options();
     let fp = trace_footprint(path, &options, block_size).expect("trace parses");
-    let blocks: Vec<u64> = SIZE_PCTS.iter().map(|p| (fp * p / 100).max(1)).collect();
+    let blocks: Vec<u64> = PANEL_SIZE_PCTS
+        .iter()
+        .map(|&p| (fp * u64::from(p) / 100).max(1))
+        .collect();
     let default = parse_policy("default").expect("the default policy");
     let mut named = vec![("default", default)];
-    for b in BASELINES {
+    for b in PANEL_BASELINES {
         named.push((b, parse_policy(b).expect("policy name")));
     }
     let mut stacks = Vec::new();
@@ -109,11 +95,11 @@ fn run_trace(name: &'static str, path: &Path, block_size: u32) -> Vec<Cell> {
         );
         (c.miss_ratio, c.counters.promotions as f64 / requests)
     };
-    SIZE_PCTS
+    PANEL_SIZE_PCTS
         .iter()
         .zip(&blocks)
         .map(|(&pct, &b)| {
-            let (best, best_miss) = BASELINES
+            let (best, best_miss) = PANEL_BASELINES
                 .iter()
                 .map(|&n| (n, result(n, b).0))
                 .min_by(|x, y| x.1.total_cmp(&y.1))
@@ -137,7 +123,7 @@ fn run_trace(name: &'static str, path: &Path, block_size: u32) -> Vec<Cell> {
 fn the_default_is_within_half_a_point_of_the_best_simple_policy_on_the_panel() {
     let dir = panel_dir();
     let mut cells = Vec::new();
-    for name in TRACES {
+    for name in PANEL_TRACES {
         let path = dir.join(name).join("blocks.csv.zst");
         if !path.is_file() {
             // The panel ships with the project's shared folder; without it
@@ -148,7 +134,7 @@ fn the_default_is_within_half_a_point_of_the_best_simple_policy_on_the_panel() {
             );
             return;
         }
-        for bs in BLOCK_SIZES {
+        for bs in PANEL_BLOCK_SIZES {
             cells.extend(run_trace(name, &path, bs));
         }
     }
@@ -170,7 +156,7 @@ fn the_default_is_within_half_a_point_of_the_best_simple_policy_on_the_panel() {
     assert_eq!(cells.len(), 40, "the panel's 40 cells");
     let over: Vec<String> = cells
         .iter()
-        .filter(|c| c.gap_points() > GAP_BAR_POINTS)
+        .filter(|c| c.gap_points() > PANEL_GAP_BAR_POINTS)
         .map(|c| {
             format!(
                 "{} {}k {}%: {:+.3} points behind {}",
