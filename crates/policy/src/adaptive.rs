@@ -121,6 +121,12 @@
 //!   4 KiB and 50% the cache keeps what SIEVE keeps (+1.16 to +0.43
 //!   against it). Paused in the first turnover, which is there to clear
 //!   old data out. The minis demote as the live cache does.
+//! - **Fills that earn nothing are declined** ([`crate::fill_gate`]): once
+//!   the cache is full, a miss of a class of requests (read or write, and
+//!   its length) whose fills are hit less than 1 in 32 goes to the live
+//!   ghost instead of the cache ([`Replacement::declines_fill`]), so a
+//!   second miss while remembered enters main as in S3-FIFO. The minis
+//!   are not gated: they model the candidates with every miss filled.
 //!
 //! RAM: the live cache and the minis are [`S3Fifo::compact`] (the ghost
 //! as 11-bit fingerprints with 5-bit generations, [`crate::CompactGhost`],
@@ -129,8 +135,8 @@
 //! misses, which a dense index makes long): at 1M blocks ~23.9 B per block for the live
 //! cache (0.26 B of it the two demotion bits, [`crate::demotion`]) and
 //! ~1.1 B for the ten minis of 4096 blocks and 1/16 more room (one per
-//! candidate, two for the step trial), 24.98 B in all (a test holds it
-//! under 25 B). The live cache's compact ghost forgets an entry after
+//! candidate, two for the step trial), and the fill gate's 8 KiB, 24.99 B
+//! in all (a test holds it under 25 B). The live cache's compact ghost forgets an entry after
 //! 0.96 to 1.04 times its length in insertions (see [`crate::ghost`]);
 //! the minis' ghosts hold their length in entries, as S3-FIFO's exact
 //! FIFO does (a ghost hit keeps the older entries one insertion longer):
@@ -150,6 +156,7 @@
 //! simulator and the engine make the same choices for the same stream.
 //! The hint saved with each block is S3-FIFO's own.
 
+use crate::fill_gate::{FillGate, RequestClass};
 use crate::first_turnover::{
     FirstTurnover, RenewedSlots, FIRST_TURNOVER_CANDIDATE, NEARLY_FULL_DIVISOR,
 };
@@ -230,6 +237,11 @@ pub struct Adaptive {
     /// The minis' size when sampled (`None`: exact), and the limit last
     /// given them.
     mini_size: Option<MiniSize>,
+    /// Which misses are filled once the cache is full (`fill_gate.rs`),
+    /// and the class of the fill [`Replacement::declines_fill`] last let
+    /// through (the next insertion's).
+    gate: FillGate,
+    fill_class: RequestClass,
 }
 
 /// The sampled minis' size: `nominal` blocks (the capacity times the
@@ -300,6 +312,8 @@ impl Adaptive {
                 nominal: mini_capacity,
                 given: mini_capacity,
             }),
+            gate: FillGate::new(capacity),
+            fill_class: RequestClass::default(),
         }
     }
 
@@ -442,21 +456,36 @@ impl Replacement for Adaptive {
                 self.first_turnover_hit(c);
             }
         }
+        self.gate.hit(oblock);
         self.live.touch(oblock, access, now);
     }
     fn touch_at(&mut self, oblock: OriginBlock, cblock: CacheBlock, access: Access, now: Time) {
         if self.first_turnover.watching() {
             self.first_turnover_hit(cblock);
         }
+        self.gate.hit(oblock);
         self.live.touch_at(oblock, cblock, access, now);
+    }
+    /// Once the cache is full, declines a miss of a class whose fills
+    /// yield too few hits (`fill_gate.rs`), unless the ghost remembers the
+    /// block: the block enters the ghost instead.
+    fn declines_fill(&mut self, oblock: OriginBlock, class: RequestClass, optional: bool) -> bool {
+        self.fill_class = class;
+        optional
+            && self.live.len() >= self.live.capacity()
+            && !self.gate.worth_filling(oblock, class)
+            && self.live.remember_unfilled(oblock)
     }
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
         let ins = self.live.insert(oblock, now)?;
+        self.gate
+            .filled(oblock, std::mem::take(&mut self.fill_class));
         self.count_in(oblock);
         if self.first_turnover != FirstTurnover::Over {
             self.first_turnover_inserted(ins.cblock, ins.evicted.is_some());
         }
         if let Some(e) = ins.evicted {
+            self.gate.left(e);
             self.count_out(e);
         }
         Some(ins)
@@ -488,6 +517,7 @@ impl Replacement for Adaptive {
         }
         let removed = self.live.remove(oblock);
         if removed.is_some() {
+            self.gate.left(oblock);
             self.count_out(oblock);
         }
         removed
@@ -502,7 +532,10 @@ impl Replacement for Adaptive {
         self.live.hint(oblock)
     }
     fn memory_bytes(&self) -> usize {
-        self.live.memory_bytes() + self.minis.memory_bytes() + self.renewed.memory_bytes()
+        self.live.memory_bytes()
+            + self.minis.memory_bytes()
+            + self.renewed.memory_bytes()
+            + self.gate.memory_bytes()
     }
     fn take_deferred(&mut self) -> Option<DeferredMinis> {
         self.minis.take_deferred()

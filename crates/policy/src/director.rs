@@ -29,7 +29,9 @@
 
 use crate::sharing::{self, VolumeLimits, VolumeShare};
 use crate::volumes::{VolumeState, Volumes};
-use crate::{Admission, Insertion, PolicyConfig, PolicyError, Replacement, SequentialDetector};
+use crate::{
+    Admission, Insertion, PolicyConfig, PolicyError, Replacement, RequestClass, SequentialDetector,
+};
 use serde::{Deserialize, Serialize};
 use tiercache_types::{Access, CacheBlock, CacheMode, OriginBlock, Time, VolumeId};
 
@@ -119,6 +121,8 @@ pub struct IoPlan {
     pub volume: VolumeId,
     pub access: Access,
     pub bypass: bool,
+    /// What the IO is, for a policy that fills by class (`fill_gate.rs`).
+    class: RequestClass,
     hits: u32,
     misses: u32,
 }
@@ -720,10 +724,13 @@ impl Director {
                 c.bypassed_bytes += len;
             }
         });
+        let bs = self.block_size as u64;
+        let blocks = offset.saturating_add(len).div_ceil(bs) - offset / bs;
         IoPlan {
             volume,
             access,
             bypass,
+            class: RequestClass::of(access, blocks),
             hits: 0,
             misses: 0,
         }
@@ -815,6 +822,9 @@ impl Director {
             .admission
             .admit(oblock, Access::Read, now, occupancy, victim)
         {
+            return ReadPlan::Miss;
+        }
+        if self.replacement.declines_fill(oblock, io.class, true) {
             return ReadPlan::Miss;
         }
         match self.insert(oblock, now) {
@@ -967,7 +977,11 @@ impl Director {
             }
             CacheMode::WriteAround | CacheMode::PassThrough => false,
         };
-        if !allocate {
+        if !allocate
+            || self
+                .replacement
+                .declines_fill(oblock, io.class, mode != CacheMode::WriteBack)
+        {
             return WritePlan::Backing;
         }
         let Some(ins) = self.insert(oblock, now) else {

@@ -3,7 +3,10 @@
 //! Three independent parts, composed by the [`Director`]:
 //! - [`Replacement`]: which resident block leaves when room is needed, and
 //!   the mapping of origin blocks to cache slots ([`SlotTable`]);
-//! - [`Admission`]: whether a missed block may enter at all;
+//! - [`Admission`]: whether a missed block may enter at all (and the
+//!   replacement policy may still decline the fill,
+//!   [`Replacement::declines_fill`]: the default's [`FillGate`] does for
+//!   classes of requests whose fills are rarely hit);
 //! - [`SequentialDetector`]: whether an IO belongs to a sequential stream
 //!   that should bypass the cache.
 //!
@@ -13,7 +16,8 @@
 //! exactly on read-only traces: `tools/compare_libcachesim.py`). Admission:
 //! [`AlwaysAdmit`] (the default), [`NHitAdmit`] (Open CAS), [`HotspotAdmit`]
 //! (after smq's hotspot queue). RAM per cache block at 1M blocks: adaptive
-//! 25.0 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches), smq +
+//! 25.0 B (S3-FIFO with the [`CompactGhost`], plus its mini-caches and
+//! fill gate), smq +
 //! hotspot 22.1 B, lru 21.0 B, fifo 21.0 B, sieve 21.1 B, s3fifo 40.1 B,
 //! arc 42.6 B (`cargo bench -p tiercache-policy`).
 //!
@@ -27,6 +31,7 @@ pub mod arc;
 pub mod demotion;
 pub mod director;
 pub mod fifo;
+pub mod fill_gate;
 pub mod first_turnover;
 pub mod ghost;
 mod list_ids;
@@ -50,6 +55,7 @@ pub use admission::{Admission, AlwaysAdmit, HotspotAdmit, NHitAdmit};
 pub use arc::Arc;
 pub use director::{Before, BlockPlan, Counters, Director, DirectorConfig, IoPlan, IoRequest};
 pub use fifo::Fifo;
+pub use fill_gate::{FillGate, RequestClass};
 pub use ghost::{CompactGhost, GhostLifetime};
 pub use lru::Lru;
 pub use minis::DeferredMinis;
@@ -132,6 +138,20 @@ pub trait Replacement: Send {
     /// ignore it.
     fn observe(&mut self, oblock: OriginBlock, fills_on_miss: bool, now: Time) {
         let _ = (oblock, fills_on_miss, now);
+    }
+
+    /// Called by the director just before it fills a miss of `oblock`
+    /// (a read promotion, or a write allocation) for a request of `class`,
+    /// once admission has let it through. With `optional` (every fill but
+    /// a writeback allocation, which must absorb the write) the policy may
+    /// decline: it returns true, the miss is served from the backing
+    /// device, and the policy has recorded it as it sees fit (the default
+    /// remembers it in its ghost, `fill_gate.rs`). Otherwise, or when it
+    /// returns false, [`Replacement::insert`] follows for this block.
+    /// Default: never declines.
+    fn declines_fill(&mut self, oblock: OriginBlock, class: RequestClass, optional: bool) -> bool {
+        let _ = (oblock, class, optional);
+        false
     }
 
     /// Makes `oblock` resident. Caller guarantees it is not resident. Evicts

@@ -87,7 +87,6 @@ enum Ghost {
 }
 
 impl Ghost {
-    #[cfg(test)]
     fn contains(&self, o: OriginBlock) -> bool {
         match self {
             Ghost::Exact(t) => t.lookup(o).is_some(),
@@ -241,6 +240,18 @@ impl S3Fifo {
         };
         p.set_small_ratio(ratio);
         p
+    }
+
+    /// A miss of `oblock` that is not filled, taken as a pass through the
+    /// small FIFO unhit: `oblock` enters the ghost (so its next miss while
+    /// remembered enters main), and true. False, changing nothing, when
+    /// the ghost holds it already: the miss should be filled (into main).
+    pub fn remember_unfilled(&mut self, oblock: OriginBlock) -> bool {
+        if self.ghost.contains(oblock) {
+            return false;
+        }
+        self.ghost.add(oblock);
+        true
     }
 
     /// Gives the small FIFO `ratio` (0..1) of the cache from now on. Nothing
