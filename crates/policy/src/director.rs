@@ -1431,6 +1431,72 @@ mod tests {
         assert!(d.lookup(OriginBlock(3)).is_some() && d.lookup(OriginBlock(2)).is_none());
     }
 
+    /// The default's fill gate through the director: a stream of 16-block
+    /// writes never read back is, once the cache is full, mostly not
+    /// filled in writethrough (its explorers never hit), always filled in
+    /// writeback (which must absorb writes); a declined block written
+    /// again soon, while the ghost remembers it, is filled.
+    #[test]
+    fn writes_never_read_back_are_declined_in_writethrough_not_in_writeback() {
+        let capacity = 1024u32;
+        let written = 64 * capacity as u64;
+        let run = |mode: CacheMode| {
+            let mut cfg = DirectorConfig::new(capacity, 4096);
+            cfg.mode = mode;
+            cfg.sequential_cutoff = 0;
+            let mut d = Director::new(&cfg).unwrap();
+            for i in 0..written / 16 {
+                let req = IoRequest {
+                    volume: VolumeId(0),
+                    offset: i * 16 * 4096,
+                    len: 16 * 4096,
+                    access: Access::Write,
+                    volume_size: u64::MAX,
+                };
+                d.plan_io(&req, Time(i), |_, _, _| {});
+                if mode == CacheMode::WriteBack {
+                    for (o, _) in d.dirty_blocks_unordered() {
+                        d.mark_clean(o);
+                    }
+                }
+            }
+            d
+        };
+        let wt = run(CacheMode::WriteThrough);
+        let wb = run(CacheMode::WriteBack);
+        assert_eq!(wb.counters().promotions, written);
+        let filled = wt.counters().promotions;
+        assert!(
+            filled < written / 4,
+            "writethrough filled {filled} of {written}"
+        );
+        // The last blocks written that were declined are in the ghost: a
+        // second write of one is filled.
+        let mut wt = wt;
+        let declined = (written - 256..written)
+            .find(|&b| wt.lookup(OriginBlock(b)).is_none())
+            .expect("a declined block");
+        let mut io = wt.begin(
+            VolumeId(0),
+            declined * 4096,
+            16 * 4096,
+            Access::Write,
+            Time(0),
+        );
+        let plan = wt.plan_write(&mut io, OriginBlock(declined), true, Time(0));
+        wt.finish(io);
+        assert!(
+            matches!(
+                plan,
+                WritePlan::Through {
+                    allocated: true,
+                    ..
+                }
+            ),
+            "{plan:?}"
+        );
+    }
+
     #[test]
     fn rejects_bad_block_sizes() {
         for bs in [512u32, 3000, 2 << 20] {

@@ -92,6 +92,8 @@ pub struct FillGate {
     unhit: ExplorerTable,
     fills: [u64; CLASSES],
     first_hits: [u64; CLASSES],
+    /// Bit `c` set: class `c` is gated (kept by [`FillGate::judge`]).
+    gated: u16,
 }
 
 /// The explorers' hash (splitmix64 finaliser, its own seed).
@@ -112,6 +114,7 @@ impl FillGate {
             unhit: ExplorerTable::new(),
             fills: [0; CLASSES],
             first_hits: [0; CLASSES],
+            gated: 0,
         }
     }
 
@@ -131,13 +134,21 @@ impl FillGate {
     /// always is, another's unless its class yields less than
     /// [`FILL_YIELD_FLOOR`] beyond noise.
     pub fn worth_filling(&self, o: OriginBlock, class: RequestClass) -> bool {
-        if self.explores(o) {
-            return true;
-        }
+        self.gated & (1 << class.index()) == 0 || self.explores(o)
+    }
+
+    /// Decides again whether `class` is gated, after its counts changed:
+    /// only when its yield is below the floor beyond noise (its first hits
+    /// and two Poisson standard deviations, as if one more were seen).
+    fn judge(&mut self, class: RequestClass) {
         let (f, h) = (self.fills[class.index()], self.first_hits[class.index()]);
-        // Gated only when below the floor beyond noise: the first hits and
-        // two (Poisson) standard deviations, as if one more were seen.
-        h as f64 + GATE_Z * ((h + 1) as f64).sqrt() >= FILL_YIELD_FLOOR * f as f64
+        let below = (h as f64) + GATE_Z * ((h + 1) as f64).sqrt() < FILL_YIELD_FLOOR * f as f64;
+        let bit = 1 << class.index();
+        if below {
+            self.gated |= bit;
+        } else {
+            self.gated &= !bit;
+        }
     }
 
     /// `o` was filled for a request of `class`.
@@ -151,14 +162,19 @@ impl FillGate {
         }
         if self.unhit.insert(h, class) {
             self.fills[class.index()] += 1;
+            self.judge(class);
         }
     }
 
     /// `o`, resident, was hit.
     pub fn hit(&mut self, o: OriginBlock) {
+        if self.unhit.len == 0 {
+            return;
+        }
         if let Some(h) = self.explorer(o) {
             if let Some(class) = self.unhit.remove(h) {
                 self.first_hits[class.index()] += 1;
+                self.judge(class);
             }
         }
     }
