@@ -6,6 +6,8 @@
 //! - the mapping agrees with the model both ways (`lookup`, `oblock_of`,
 //!   `for_each_resident`), with `is_dirty`, `len`, `dirty_len`,
 //!   `len <= capacity`;
+//! - `declines_fill` never declines a fill that is not optional, and a
+//!   declined one changes nothing resident;
 //! - `insert` evicts only when full, only a clean resident block, reuses
 //!   the evicted block's slot, and returns None exactly when the cache is
 //!   full of dirty blocks (changing nothing);
@@ -16,13 +18,15 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use tiercache_policy::{PolicyConfig, Replacement};
+use tiercache_policy::{PolicyConfig, Replacement, RequestClass};
 use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
 
 #[derive(Clone, Debug)]
 enum Op {
     Touch(u64, bool),
-    Insert(u64),
+    /// The block, its request's class (read or write, length in blocks),
+    /// and whether the fill is optional (not a writeback allocation).
+    Insert(u64, bool, u64, bool),
     Remove(u64),
     SetDirty(u64, bool),
     Restore(u64, u32, bool, u8),
@@ -36,7 +40,8 @@ fn op(keys: u64, capacity: u32) -> impl Strategy<Value = Op> {
 fn op_weighted(keys: u64, capacity: u32, dirty: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..keys, any::<bool>()).prop_map(|(k, w)| Op::Touch(k, w)),
-        6 => (0..keys).prop_map(Op::Insert),
+        6 => (0..keys, any::<bool>(), 1u64..80, proptest::bool::weighted(0.9))
+            .prop_map(|(k, w, n, opt)| Op::Insert(k, w, n, opt)),
         1 => (0..keys).prop_map(Op::Remove),
         dirty => (0..keys, proptest::bool::weighted(0.8)).prop_map(|(k, d)| Op::SetDirty(k, d)),
         1 => (0..keys, 0..capacity, any::<bool>(), any::<u8>())
@@ -122,8 +127,21 @@ fn run(kind: ReplacementKind, capacity: u32, ops: &[Op]) -> Result<(), TestCaseE
                     twin.touch(OriginBlock(k), a, now);
                 }
             }
-            Op::Insert(k) => {
+            Op::Insert(k, w, n, optional) => {
                 if model.contains_key(&k) {
+                    continue;
+                }
+                let a = if w { Access::Write } else { Access::Read };
+                let class = RequestClass::of(a, n);
+                let declined = p.declines_fill(OriginBlock(k), class, optional);
+                prop_assert_eq!(
+                    declined,
+                    twin.declines_fill(OriginBlock(k), class, optional),
+                    "peek changed a decision"
+                );
+                if declined {
+                    prop_assert!(optional, "a writeback allocation declined");
+                    check_matches(&*p, &model)?;
                     continue;
                 }
                 let r = p.insert(OriginBlock(k), now);
