@@ -256,10 +256,7 @@ struct MiniSize {
 /// is independent of the slot table's hash).
 #[inline]
 fn sample_hash(o: u64) -> u64 {
-    let mut z = (o ^ 0x5AD0_3C1E_7F00_D15C).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::seeded_hash::seeded_hash(o, 0x5AD0_3C1E_7F00_D15C)
 }
 
 impl Adaptive {

@@ -1,6 +1,7 @@
 //! Admission: which missed blocks may enter the cache, apart from which
 //! blocks leave it.
 
+use crate::seeded_hash::seeded_hash;
 use tiercache_types::{Access, AdmissionKind, OriginBlock, Time};
 
 /// Decides whether a missed block is promoted.
@@ -51,17 +52,6 @@ impl Admission for AlwaysAdmit {
     ) -> bool {
         true
     }
-}
-
-/// splitmix64 finaliser, with a per-use seed so two tables do not collide
-/// alike.
-#[inline]
-fn mix(x: u64, seed: u64) -> u64 {
-    let mut z = x ^ seed;
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// `x * n / 2^32`: maps a 32-bit hash onto `0..n` without a division.
@@ -134,7 +124,7 @@ impl NHitAdmit {
 
     /// Records a miss on `o`; returns its miss count (saturating at 255).
     fn record(&mut self, o: OriginBlock) -> u32 {
-        let h = mix(o.0, NHIT_SEED);
+        let h = seeded_hash(o.0, NHIT_SEED);
         let base = reduce(h as u32, self.sets) * NHIT_WAYS;
         let tag = ((h >> 32) as u32).max(1); // 0 marks an empty entry
         let ways = base..base + NHIT_WAYS;
@@ -255,7 +245,7 @@ impl HotspotAdmit {
     }
 
     fn positions(&self, o: OriginBlock) -> (usize, usize) {
-        let h = mix(o.0 >> self.shift, HOTSPOT_SEED);
+        let h = seeded_hash(o.0 >> self.shift, HOTSPOT_SEED);
         let n = self.counters.len();
         (reduce(h as u32, n), reduce((h >> 32) as u32, n))
     }

@@ -38,6 +38,7 @@ mod list_ids;
 pub mod lru;
 pub mod minis;
 pub mod s3fifo;
+pub mod seeded_hash;
 pub mod sequential;
 pub mod sharing;
 pub mod sieve;

@@ -68,11 +68,7 @@ pub struct SlotTable {
 }
 
 fn hash(o: u64) -> u64 {
-    // splitmix64 finaliser: cheap and well mixed.
-    let mut z = o.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    crate::seeded_hash::seeded_hash(o, 0)
 }
 
 impl SlotTable {
