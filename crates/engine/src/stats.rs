@@ -172,6 +172,12 @@ impl EngineStats {
             &|s: &EngineStats| s.decisions.promotions as f64,
         );
         metric(
+            "declined_fills_total",
+            "counter",
+            "Missed blocks the policy chose not to bring into the cache (rarely hit kinds of requests).",
+            &|s: &EngineStats| s.decisions.declined_fills as f64,
+        );
+        metric(
             "demotions_total",
             "counter",
             "Clean blocks evicted from the cache.",
@@ -336,8 +342,8 @@ impl std::fmt::Display for EngineStats {
         )?;
         writeln!(
             f,
-            "movement   {:>10} promotions  {} demotions  {} writebacks  {} invalidations",
-            d.promotions, d.demotions, d.writebacks, d.invalidations
+            "movement   {:>10} promotions  {} demotions  {} writebacks  {} invalidations  {} declined fills",
+            d.promotions, d.demotions, d.writebacks, d.invalidations, d.declined_fills
         )?;
         writeln!(
             f,

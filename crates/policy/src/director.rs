@@ -171,6 +171,11 @@ pub struct Counters {
     pub write_partial_hit_ios: u64,
     /// Blocks brought into the cache (read promotions and write allocations).
     pub promotions: u64,
+    /// Misses admission let through that the replacement policy chose not
+    /// to fill (the default's fill gate, `fill_gate.rs`): served from the
+    /// backing device, the block remembered in the policy's ghost.
+    #[serde(default)]
+    pub declined_fills: u64,
     /// Clean blocks evicted to make room.
     pub demotions: u64,
     /// Dirty blocks written back to the backing device.
@@ -825,6 +830,7 @@ impl Director {
             return ReadPlan::Miss;
         }
         if self.replacement.declines_fill(oblock, io.class, true) {
+            self.count(io.volume, |c| c.declined_fills += 1);
             return ReadPlan::Miss;
         }
         match self.insert(oblock, now) {
@@ -977,11 +983,14 @@ impl Director {
             }
             CacheMode::WriteAround | CacheMode::PassThrough => false,
         };
-        if !allocate
-            || self
-                .replacement
-                .declines_fill(oblock, io.class, mode != CacheMode::WriteBack)
+        if !allocate {
+            return WritePlan::Backing;
+        }
+        if self
+            .replacement
+            .declines_fill(oblock, io.class, mode != CacheMode::WriteBack)
         {
+            self.count(io.volume, |c| c.declined_fills += 1);
             return WritePlan::Backing;
         }
         let Some(ins) = self.insert(oblock, now) else {
@@ -1465,6 +1474,11 @@ mod tests {
         let wt = run(CacheMode::WriteThrough);
         let wb = run(CacheMode::WriteBack);
         assert_eq!(wb.counters().promotions, written);
+        assert_eq!(wb.counters().declined_fills, 0);
+        // Every write missed; each was filled or declined.
+        let k = wt.counters();
+        assert_eq!(k.write_misses, written);
+        assert_eq!(k.promotions + k.declined_fills, written);
         let filled = wt.counters().promotions;
         assert!(
             filled < written / 4,
