@@ -475,8 +475,8 @@ impl Replacement for Adaptive {
     }
     fn insert(&mut self, oblock: OriginBlock, now: Time) -> Option<Insertion> {
         let ins = self.live.insert(oblock, now)?;
-        self.gate
-            .filled(oblock, std::mem::take(&mut self.fill_class));
+        let class = std::mem::take(&mut self.fill_class);
+        self.gate.filled(oblock, class);
         self.count_in(oblock);
         if self.first_turnover != FirstTurnover::Over {
             self.first_turnover_inserted(ins.cblock, ins.evicted.is_some());

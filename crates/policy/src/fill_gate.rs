@@ -184,7 +184,8 @@ impl FillGate {
     }
 
     /// The yield measured for `class` (first hits per fill), if any fill.
-    pub fn class_yield(&self, class: RequestClass) -> Option<f64> {
+    #[cfg(test)]
+    fn class_yield(&self, class: RequestClass) -> Option<f64> {
         let f = self.fills[class.index()];
         (f > 0).then(|| self.first_hits[class.index()] as f64 / f as f64)
     }
