@@ -110,6 +110,7 @@ pub fn render_table(r: &SimReport) -> String {
         "warm hit",
         "first-touch misses",
         "promoted",
+        "declined",
         "demoted",
         "writeback",
         "bypassed",
@@ -153,6 +154,7 @@ pub fn render_table(r: &SimReport) -> String {
                     (k.read_misses + k.write_misses).max(c.first_touch_misses),
                 ),
                 k.promotions.to_string(),
+                k.declined_fills.to_string(),
                 k.demotions.to_string(),
                 (k.writebacks).to_string(),
                 fmt_bytes(k.bypassed_bytes),
@@ -229,7 +231,7 @@ pub fn render_table(r: &SimReport) -> String {
     }
     let _ = writeln!(
         out,
-        "warm hit: block hit ratio from the moment that configuration's cache first became full (- = it never did); first-touch misses: misses on blocks never referenced before (no cache can avoid them), with their share of the row's misses"
+        "warm hit: block hit ratio from the moment that configuration's cache first became full (- = it never did); first-touch misses: misses on blocks never referenced before (no cache can avoid them), with their share of the row's misses; declined: misses the policy chose not to fill (their blocks go to its ghost)"
     );
     let _ = writeln!(
         out,
