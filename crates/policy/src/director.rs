@@ -289,6 +289,7 @@ impl Director {
                 sequential: SequentialDetector::new(cutoff),
                 counters,
                 share,
+                last_end: u64::MAX,
             },
         );
         self.update_steering();
@@ -719,6 +720,7 @@ impl Director {
         let v = self.volumes.of_mut(volume);
         let bypass = v.sequential.observe(offset, len, now);
         let passthrough = v.mode == CacheMode::PassThrough;
+        let continues = std::mem::replace(&mut v.last_end, offset.saturating_add(len)) == offset;
         self.count(volume, |c| {
             match access {
                 Access::Read => c.read_ios += 1,
@@ -735,7 +737,7 @@ impl Director {
             volume,
             access,
             bypass,
-            class: RequestClass::of(access, blocks),
+            class: RequestClass::of(access, blocks, continues),
             hits: 0,
             misses: 0,
         }
@@ -1509,6 +1511,35 @@ mod tests {
             ),
             "{plan:?}"
         );
+    }
+
+    /// A request's fill class says whether it continues its volume's
+    /// previous request, whatever another volume did in between.
+    #[test]
+    fn the_fill_class_says_whether_a_request_continues_its_volumes_last() {
+        let cfg = DirectorConfig::new(64, 4096);
+        let mut d = Director::new(&cfg).unwrap();
+        d.attach_volume(VolumeId(1), cfg.mode, cfg.sequential_cutoff);
+        let class = |d: &mut Director, v: u16, offset: u64| {
+            let io = d.begin(VolumeId(v), offset, 8192, Access::Read, Time(0));
+            let class = io.class;
+            d.finish(io);
+            class
+        };
+        let (first, next) = (
+            RequestClass::of(Access::Read, 2, false),
+            RequestClass::of(Access::Read, 2, true),
+        );
+        assert_eq!(class(&mut d, 0, 0), first);
+        assert_eq!(class(&mut d, 1, 1 << 20), first);
+        assert_eq!(class(&mut d, 0, 8192), next, "volume 1 came between");
+        assert_eq!(
+            class(&mut d, 1, 1 << 20),
+            first,
+            "a re-read continues nothing"
+        );
+        assert_eq!(class(&mut d, 1, (1 << 20) + 8192), next);
+        assert_eq!(class(&mut d, 0, 3 * 8192), first, "a gap");
     }
 
     #[test]

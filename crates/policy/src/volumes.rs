@@ -18,6 +18,10 @@ pub(crate) struct VolumeState {
     pub(crate) counters: Counters,
     /// Its limits, hit curve and target in the shared cache.
     pub(crate) share: VolumeShare,
+    /// The byte where its last request ended (`u64::MAX` before the
+    /// first): a request that starts there continues it, which its fill
+    /// class tells the policy (`RequestClass`).
+    pub(crate) last_end: u64,
 }
 
 /// The attached volumes, indexed by [`VolumeId`].

@@ -24,9 +24,10 @@ use tiercache_types::{Access, CacheBlock, OriginBlock, ReplacementKind, Time};
 #[derive(Clone, Debug)]
 enum Op {
     Touch(u64, bool),
-    /// The block, its request's class (read or write, length in blocks),
-    /// and whether the fill is optional (not a writeback allocation).
-    Insert(u64, bool, u64, bool),
+    /// The block, its request's class (read or write, length in blocks,
+    /// continuing the previous request or not), and whether the fill is
+    /// optional (not a writeback allocation).
+    Insert(u64, bool, u64, bool, bool),
     Remove(u64),
     SetDirty(u64, bool),
     Restore(u64, u32, bool, u8),
@@ -40,8 +41,8 @@ fn op(keys: u64, capacity: u32) -> impl Strategy<Value = Op> {
 fn op_weighted(keys: u64, capacity: u32, dirty: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..keys, any::<bool>()).prop_map(|(k, w)| Op::Touch(k, w)),
-        6 => (0..keys, any::<bool>(), 1u64..80, proptest::bool::weighted(0.9))
-            .prop_map(|(k, w, n, opt)| Op::Insert(k, w, n, opt)),
+        6 => (0..keys, any::<bool>(), 1u64..80, any::<bool>(), proptest::bool::weighted(0.9))
+            .prop_map(|(k, w, n, c, opt)| Op::Insert(k, w, n, c, opt)),
         1 => (0..keys).prop_map(Op::Remove),
         dirty => (0..keys, proptest::bool::weighted(0.8)).prop_map(|(k, d)| Op::SetDirty(k, d)),
         1 => (0..keys, 0..capacity, any::<bool>(), any::<u8>())
@@ -127,12 +128,12 @@ fn run(kind: ReplacementKind, capacity: u32, ops: &[Op]) -> Result<(), TestCaseE
                     twin.touch(OriginBlock(k), a, now);
                 }
             }
-            Op::Insert(k, w, n, optional) => {
+            Op::Insert(k, w, n, continues, optional) => {
                 if model.contains_key(&k) {
                     continue;
                 }
                 let a = if w { Access::Write } else { Access::Read };
-                let class = RequestClass::of(a, n);
+                let class = RequestClass::of(a, n, continues);
                 let declined = p.declines_fill(OriginBlock(k), class, optional);
                 prop_assert_eq!(
                     declined,
