@@ -101,6 +101,14 @@
 //!   trace whose main has earned its keep moves a step at a time, as
 //!   above, whatever its phases. A cache restored warm counts as proven:
 //!   the minis never saw what its main holds.
+//! - **Once main has proven its worth, a step must be clearly worth it.**
+//!   The best fixed mini must lead the live candidate's beyond noise in
+//!   the window (a paired sign test over the sampled accesses where the
+//!   two differed), and the trial's copy must save more than
+//!   [`STEP_GAIN_FLOOR`](crate::minis::STEP_GAIN_FLOOR) of the replica's
+//!   misses: a step that wins by a few misses gives up main's blocks,
+//!   which a later epoch may want (on 1and1-linux-mysql at 64 KiB and 25%
+//!   such steps cost 0.24 points, and filled more than S3-FIFO).
 //! - **The first turnover** after the cache first fills runs at least
 //!   50% probation, unless the blocks resident when the cache was nearly
 //!   full earn hits beside the new ones ([`crate::first_turnover`]): a
