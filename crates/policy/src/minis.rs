@@ -439,7 +439,7 @@ pub struct MiniFeed {
 }
 
 impl MiniFeed {
-    /// Minis built by `build(i)` for candidate `i` (`count` of them),
+    /// Minis built by `build(i)` for candidate `i` (`count` of them, fewer than 32),
     /// `configure` changing a mini's candidate (for the `StepTrial`),
     /// epochs of `epoch_len` sampled accesses, starting at candidate
     /// `start`.
@@ -450,6 +450,7 @@ impl MiniFeed {
         epoch_len: u64,
         start: usize,
     ) -> Self {
+        assert!(count < 32, "the minis' hits of an access are a 32-bit mask");
         let mut trial = StepTrial {
             stay: Mini::new(build(start)),
             step: None,
@@ -687,7 +688,7 @@ mod tests {
             m.end_epoch();
             m.chosen
         };
-        // 14 against 4: 10 of 4.2 deviations' noise, 2.4 of them.
+        // 14 against 4: a lead of 10, 2.4 deviations (the root of 18).
         assert_eq!(with_pairs(14.0, 4.0, true), 3);
         // 25 against 15: the same lead, 1.6 deviations.
         assert_eq!(with_pairs(25.0, 15.0, true), 2);
